@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/spf13/cobra"
+)
+
+type demoOptions struct {
+	nodes    int
+	duration time.Duration
+	rate     int
+	keys     int
+	payload  int
+	logLevel string
+}
+
+func newDemoCmd() *cobra.Command {
+	o := demoOptions{nodes: 3, rate: 3000, keys: 1000, payload: 100, logLevel: "error"}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a local 3-node cluster in this process under a live load, and watch it",
+		Long: `demo starts three sidecars in this process on free loopback ports, connects a
+subscriber to each, and publishes a steady mixed load (a few hot task_ids that coalesce,
+many cold ones) round-robin to all three. Every second it shows, per peer link, the
+events sent per second, pending and in-flight, and per node the events delivered per
+second. Stop it with Ctrl-C, or give --duration.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if o.duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, o.duration)
+				defer cancel()
+			}
+			return runDemo(ctx, o, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.IntVar(&o.rate, "rate", o.rate, "events per second offered, across all nodes")
+	fs.IntVar(&o.keys, "keys", o.keys, "distinct task_ids")
+	fs.IntVar(&o.payload, "payload", o.payload, "payload bytes per event")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log level of the demo nodes (logs go to stderr)")
+	return cmd
+}
+
+type demoNode struct {
+	inst      *instance
+	delivered atomic.Uint64
+}
+
+func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
+	if o.rate <= 0 || o.keys <= 0 || o.payload < 0 {
+		return errors.New("--rate and --keys must be > 0, --payload >= 0")
+	}
+	level, err := parseLevel(o.logLevel)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	nodes, err := startDemoCluster(o.nodes, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, n := range nodes {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			n.inst.shutdown(sctx)
+			cancel()
+		}
+	}()
+	printDemoIntro(out, nodes)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); subscribeCount(wctx, n) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); publish(wctx, nodes, o) }()
+	watch(ctx, nodes, out)
+	return nil
+}
+
+// startDemoCluster binds every listener first (port 0), so each node knows the others'
+// peer addresses before any starts.
+func startDemoCluster(n int, log *slog.Logger) ([]*demoNode, error) {
+	appLis := make([]net.Listener, n)
+	peerLis := make([]net.Listener, n)
+	for i := range n {
+		var err error
+		if appLis[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		if peerLis[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+	}
+	nodes := make([]*demoNode, n)
+	for i := range n {
+		cfg := fanout.DefaultConfig()
+		cfg.NodeID = fmt.Sprintf("node-%c", 'a'+i)
+		for j := range n {
+			if j != i {
+				cfg.Peers = append(cfg.Peers, peerLis[j].Addr().String())
+			}
+		}
+		inst, err := startInstance(instanceConfig{appLis: appLis[i], peerLis: peerLis[i], node: cfg, log: log.With("node", cfg.NodeID)})
+		if err != nil {
+			return nil, err
+		}
+		nodes[i] = &demoNode{inst: inst}
+	}
+	return nodes, nil
+}
+
+func printDemoIntro(out io.Writer, nodes []*demoNode) {
+	fmt.Fprintln(out, "fanout demo: a 3-node cluster in this process")
+	for _, n := range nodes {
+		fmt.Fprintf(out, "  %s  app %s  peer %s\n", n.inst.node.ID(), n.inst.appAddr, n.inst.peerAddr)
+	}
+	fmt.Fprintf(out, "Try, in another terminal:  go run ./cmd/sidecar status --addr %s\n\n", nodes[0].inst.appAddr)
+}
+
+// subscribeCount reads a node's Subscribe stream, like a local app would, and counts.
+func subscribeCount(ctx context.Context, n *demoNode) {
+	cc, err := dialApp(n.inst.appAddr)
+	if err != nil {
+		return
+	}
+	defer cc.Close()
+	stream, err := fanoutv1.NewFanoutServiceClient(cc).Subscribe(ctx, &fanoutv1.SubscribeRequest{})
+	if err != nil {
+		return
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return
+		}
+		n.delivered.Add(1)
+	}
+}
+
+// publish offers o.rate events/s in 10 ms ticks, round-robin over the nodes. A fifth of
+// the task_ids are hot and take four fifths of the updates, so coalescing shows.
+func publish(ctx context.Context, nodes []*demoNode, o demoOptions) {
+	clients := make([]fanoutv1.FanoutServiceClient, len(nodes))
+	for i, n := range nodes {
+		cc, err := dialApp(n.inst.appAddr)
+		if err != nil {
+			return
+		}
+		defer cc.Close()
+		clients[i] = fanoutv1.NewFanoutServiceClient(cc)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	payload := make([]byte, o.payload)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var carry float64
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		carry += float64(o.rate) / 100
+		count := int(carry)
+		carry -= float64(count)
+		req := &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, count)}
+		for k := range req.Events {
+			req.Events[k] = &fanoutv1.Event{TaskId: demoKey(rng, o.keys), Payload: payload}
+		}
+		if _, err := clients[i%len(clients)].Submit(ctx, req); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "submit:", err)
+		}
+	}
+}
+
+func demoKey(rng *rand.Rand, keys int) string {
+	hot := max(1, keys/5)
+	if rng.IntN(5) < 4 {
+		return fmt.Sprintf("demo/hot-%d", rng.IntN(hot))
+	}
+	return fmt.Sprintf("demo/key-%d", rng.IntN(keys))
+}
+
+// watch redraws the view every second until ctx is done.
+func watch(ctx context.Context, nodes []*demoNode, out io.Writer) {
+	tty := isTerminal(out)
+	prevSent := make(map[string]uint64)
+	prevDelivered := make([]uint64, len(nodes))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "demo stopped")
+			return
+		case <-tick.C:
+		}
+		var b strings.Builder
+		if tty {
+			b.WriteString("\033[H\033[2J")
+		}
+		fmt.Fprintf(&b, "t=%s\n", time.Since(start).Round(time.Second))
+		renderDemo(&b, nodes, prevSent, prevDelivered)
+		io.WriteString(out, b.String())
+	}
+}
+
+func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prevDelivered []uint64) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "LINK\tSENT/S\tPENDING\tIN-FLIGHT\tCOALESCED\tRETRIED\t")
+	for _, n := range nodes {
+		st := n.inst.node.Status()
+		for _, p := range st.GetPeers() {
+			key := st.GetNodeId() + "→" + p.GetAddress()
+			peer := p.GetNodeId()
+			if peer == "" {
+				peer = p.GetAddress()
+			}
+			done := p.GetSucceeded() + p.GetStale()
+			fmt.Fprintf(tw, "%s → %s\t%d\t%d\t%d\t%d\t%d\t\n", st.GetNodeId(), peer, done-prevSent[key],
+				p.GetPending(), p.GetInFlight(), p.GetOverridden(), p.GetReplayed())
+			prevSent[key] = done
+		}
+	}
+	fmt.Fprintln(tw, "\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "NODE\tDELIVERED/S\tINBOX\t\t\t\t")
+	for i, n := range nodes {
+		d := n.delivered.Load()
+		st := n.inst.node.Status()
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.inst.node.ID(), d-prevDelivered[i], st.GetInbox())
+		prevDelivered[i] = d
+	}
+	tw.Flush()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

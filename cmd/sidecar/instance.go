@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/peers"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// instanceConfig is everything startInstance wires together. A listener given here is
+// used instead of its address (the demo binds :0 ports first, to learn them).
+type instanceConfig struct {
+	appAddr, peerAddr, adminAddr string
+	appLis, peerLis              net.Listener
+	node                         fanout.Config
+	log                          *slog.Logger
+}
+
+// instance is one running sidecar: the node, its two gRPC servers and the admin server.
+type instance struct {
+	node       *fanout.Node
+	app, peer  *grpc.Server
+	appHealth  *health.Server
+	peerHealth *health.Server
+	admin      *http.Server
+	log        *slog.Logger
+	appAddr    string
+	peerAddr   string
+	wg         sync.WaitGroup // the serve goroutines
+}
+
+func startInstance(c instanceConfig) (*instance, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srvMetrics := grpcprom.NewServerMetrics()
+	cliMetrics := grpcprom.NewClientMetrics()
+	reg.MustRegister(srvMetrics, cliMetrics)
+
+	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)
+	c.node.Logger = c.log
+	c.node.Dial = func(addr string) (fanout.Replicator, error) {
+		return peers.Dial(addr, peers.Options{
+			MaxMessageBytes: c.node.Limits.MaxMessageBytes(c.node.Batcher.MaxBatch),
+			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
+		})
+	}
+	appLis, peerLis, err := c.listeners()
+	if err != nil {
+		return nil, err
+	}
+	node, err := fanout.New(c.node)
+	if err != nil {
+		appLis.Close()
+		peerLis.Close()
+		return nil, err
+	}
+	reg.MustRegister(fanout.NewCollector(node))
+
+	inst := &instance{node: node, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
+	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
+	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
+	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
+	fanoutv1.RegisterPeerServiceServer(inst.peer, fanout.NewPeerServer(node))
+	reflection.Register(inst.app)
+	reflection.Register(inst.peer)
+	srvMetrics.InitializeMetrics(inst.app)
+	srvMetrics.InitializeMetrics(inst.peer)
+
+	inst.serve(inst.app, appLis)
+	inst.serve(inst.peer, peerLis)
+	if c.adminAddr != "" {
+		if err := inst.startAdmin(c.adminAddr, reg); err != nil {
+			inst.shutdown(context.Background())
+			return nil, err
+		}
+	}
+	c.log.Info("sidecar started", "node_id", node.ID(), "app_addr", inst.appAddr, "peer_addr", inst.peerAddr,
+		"admin_addr", c.adminAddr, "peers", c.node.Peers)
+	c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted", "peer_addr", inst.peerAddr)
+	return inst, nil
+}
+
+func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*grpc.Server, *health.Server) {
+	recov := recovery.WithRecoveryHandler(func(p any) error {
+		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
+		return status.Errorf(codes.Internal, "internal error")
+	})
+	s := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)),
+		grpc.ChainStreamInterceptor(m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)),
+	)
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	return s, h
+}
+
+// listeners opens the app and peer listeners (or takes the given ones).
+func (c instanceConfig) listeners() (net.Listener, net.Listener, error) {
+	appLis, err := listenOr(c.appLis, c.appAddr, "--app-addr")
+	if err != nil {
+		return nil, nil, err
+	}
+	peerLis, err := listenOr(c.peerLis, c.peerAddr, "--peer-addr")
+	if err != nil {
+		appLis.Close()
+		return nil, nil, err
+	}
+	return appLis, peerLis, nil
+}
+
+func listenOr(l net.Listener, addr, flag string) (net.Listener, error) {
+	if l != nil {
+		return l, nil
+	}
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		network, addr = "unix", path
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: remove stale socket: %w", flag, err)
+		}
+	}
+	l, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	return l, nil
+}
+
+func listenerAddr(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix://" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
+
+func (inst *instance) serve(s *grpc.Server, l net.Listener) {
+	inst.wg.Add(1)
+	go func() {
+		defer inst.wg.Done()
+		if err := s.Serve(l); err != nil {
+			inst.log.Error("gRPC server stopped", "addr", l.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func (inst *instance) startAdmin(addr string, reg *prometheus.Registry) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if inst.node.Draining() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--admin-addr %s: %w", addr, err)
+	}
+	inst.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	inst.wg.Add(1)
+	go func() {
+		defer inst.wg.Done()
+		if err := inst.admin.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			inst.log.Error("admin server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// shutdown is SPEC §9's graceful stop: refuse new submissions (health NOT_SERVING),
+// keep sending until the queues are empty or ctx is done, then stop everything. It
+// returns the drain error, if any (a deadline means events were left unsent).
+func (inst *instance) shutdown(ctx context.Context) error {
+	inst.appHealth.Shutdown()
+	err := inst.node.Drain(ctx)
+	if err != nil {
+		inst.log.Warn("drain incomplete; queued events are dropped", "err", err)
+	} else {
+		inst.log.Info("drained: every queued event was sent")
+	}
+	inst.peerHealth.Shutdown()
+	inst.node.Close() // ends Subscribe streams
+	stopGracefully(inst.app, time.Second)
+	stopGracefully(inst.peer, time.Second)
+	if inst.admin != nil {
+		inst.admin.Close()
+	}
+	inst.wg.Wait()
+	inst.log.Info("sidecar stopped")
+	return err
+}
+
+// stopGracefully lets in-flight RPCs finish for up to grace, then cuts them.
+func stopGracefully(s *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.Stop()
+		<-done
+	}
+}

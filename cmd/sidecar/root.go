@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// newRootCmd builds the cobra tree. No package-level flag variables: each command owns
+// its options struct.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sidecar",
+		Short:         "fanout: replicate the latest state per task_id to every peer sidecar",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return bindEnv(cmd.Flags())
+		},
+	}
+	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd())
+	return root
+}
+
+// envName is the environment variable that sets a flag: FANOUT_<FLAG>, upper case,
+// '-' → '_'.
+func envName(flag string) string {
+	return "FANOUT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// bindEnv sets every flag that was not given on the command line from its FANOUT_*
+// variable. A command-line flag wins over the environment.
+func bindEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
+			}
+		}
+	})
+	return err
+}

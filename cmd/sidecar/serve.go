@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/peers"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// serveOptions are the flags of `sidecar serve`. Each is also read from FANOUT_<FLAG>.
+type serveOptions struct {
+	appAddr, peerAddr, adminAddr string
+	peers                        string
+	shutdownTimeout              time.Duration
+	logLevel                     string
+	node                         fanout.Config
+}
+
+func defaultServeOptions() serveOptions {
+	return serveOptions{
+		appAddr:         "127.0.0.1:7070",
+		peerAddr:        "0.0.0.0:7071",
+		adminAddr:       "127.0.0.1:9090",
+		shutdownTimeout: 10 * time.Second,
+		logLevel:        "info",
+		node:            fanout.DefaultConfig(),
+	}
+}
+
+// addFlags registers the flags of serve on fs. The usage text gives each default's
+// reason; README.md lists them all.
+func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
+	c := &o.node
+	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this sidecar's id (default: the hostname, which is the pod name on Kubernetes)")
+	fs.StringVar(&o.appAddr, "app-addr", o.appAddr, "FanoutService listener for the local app: host:port or unix:///path (loopback by default: only the local app may submit)")
+	fs.StringVar(&o.peerAddr, "peer-addr", o.peerAddr, "PeerService listener for the other sidecars (all interfaces: peers are on other hosts)")
+	fs.StringVar(&o.adminAddr, "admin-addr", o.adminAddr, "HTTP /metrics, /healthz and /debug/pprof/ (loopback: pprof is not for the world); empty disables")
+	fs.StringVar(&o.peers, "peers", o.peers, "comma-separated peer addresses host:port (their --peer-addr); this node's own address is detected and dropped")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	b := &c.Batcher
+	fs.IntVar(&b.MaxBuffer, "max-buffer", b.MaxBuffer, "pending events per peer before the oldest is evicted (Eureka's maxElementsInPeerReplicationPool)")
+	fs.IntVar(&b.MaxBatch, "max-batch", b.MaxBatch, "events per Replicate call (Eureka's BATCH_SIZE)")
+	fs.DurationVar(&b.MaxBatchingDelay, "max-batching-delay", b.MaxBatchingDelay, "how long the oldest event may wait for a fuller batch (0: send at once; Eureka uses 500ms)")
+	fs.IntVar(&b.Workers, "workers", b.Workers, "concurrent Replicate calls per peer")
+	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY (seed 000)")
+	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached (seed 000: a dead peer deserves the longer pause)")
+	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
+	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call; a slower peer counts as congested")
+	fs.IntVar(&c.VersionMemory, "version-memory", c.VersionMemory, "task_ids whose latest version is remembered (least recently used are forgotten)")
+	fs.IntVar(&c.InboxCapacity, "inbox-capacity", c.InboxCapacity, "replicated events waiting for the local subscriber before peers are told BUSY")
+	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
+}
+
+func newServeCmd() *cobra.Command {
+	o := defaultServeOptions()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the sidecar",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, o)
+		},
+	}
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToLower(s))); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// runServe starts one sidecar and blocks until ctx is done, then shuts down gracefully.
+func runServe(ctx context.Context, o serveOptions) error {
+	level, err := parseLevel(o.logLevel)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	list, err := peers.ParseList(o.peers)
+	if err != nil {
+		return err
+	}
+	o.node.Peers = list
+	inst, err := startInstance(instanceConfig{
+		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr,
+		node: o.node, log: log,
+	})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("signal received; draining", "shutdown_timeout", o.shutdownTimeout.String())
+	dctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := inst.shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package batcher
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Sentinel errors.
+var (
+	// ErrStopped is returned by Offer once Close has been called.
+	ErrStopped = errors.New("batcher: stopped")
+)
+
+// Task is one unit of work keyed by ID. Tasks with the same ID coalesce: while a task
+// waits in pending, a newer task with the same ID replaces it.
+type Task[T any] struct {
+	// ID is the coalescing key (the event's task_id).
+	ID string
+	// Value is what the Processor sends. The batcher never looks inside it.
+	Value T
+	// Submitted is when the origin accepted the task (reported, never interpreted).
+	Submitted time.Time
+	// Expires is when the task is dropped as expired if it has not been sent yet.
+	// The zero time means never.
+	Expires time.Time
+}
+
+// Class is the outcome of sending a whole batch (SPEC §5).
+type Class int
+
+const (
+	// Success: the peer answered; Result.Items has one ItemOutcome per task.
+	Success Class = iota
+	// Congestion: the peer is overloaded (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED).
+	// The batch is reprocessed and the peer paused for CongestionRetryDelay.
+	Congestion
+	// NetworkFailure: the peer could not be reached (UNAVAILABLE, connection error,
+	// open breaker). The batch is reprocessed and the peer paused for
+	// NetworkFailureRetryDelay.
+	NetworkFailure
+	// Permanent: any other error. The batch is dropped and counted.
+	Permanent
+)
+
+// ItemOutcome is the peer's verdict on one task of a successful batch.
+type ItemOutcome int
+
+const (
+	// ItemOK: delivered.
+	ItemOK ItemOutcome = iota
+	// ItemStale: the peer already had this version or a newer one. Done.
+	ItemStale
+	// ItemBusy: the peer could not take it now. Reprocessed after the congestion pause.
+	ItemBusy
+	// ItemInvalid: the peer refused it. Dropped and counted as permanent.
+	ItemInvalid
+)
+
+// Result is what a Processor returns for one batch.
+type Result struct {
+	Class Class
+	// Items has one outcome per task, in batch order, when Class is Success.
+	// A Success result whose Items length differs from the batch is treated as
+	// Permanent.
+	Items []ItemOutcome
+	// Err describes a failure (logged, rate-limited). Optional.
+	Err error
+}
+
+// Processor sends one batch. It is called from worker goroutines, concurrently, at
+// most Config.Workers calls at a time. It must honour ctx: Close cancels it and waits
+// for every call to return. The batch slice belongs to the batcher and is reused once
+// Process returns, so Process must not keep it or modify it. A panic is recovered and
+// counted as Permanent for that batch.
+type Processor[T any] interface {
+	Process(ctx context.Context, batch []Task[T]) Result
+}
+
+// ProcessorFunc adapts a function to Processor.
+type ProcessorFunc[T any] func(ctx context.Context, batch []Task[T]) Result
+
+// Process calls f.
+func (f ProcessorFunc[T]) Process(ctx context.Context, batch []Task[T]) Result { return f(ctx, batch) }
+
+// Fate is how a task left the batcher for good.
+type Fate int
+
+const (
+	FateSucceeded  Fate = iota // peer answered OK
+	FateStale                  // peer answered STALE (it had this or newer)
+	FateOverridden             // replaced by a newer task with the same ID
+	FateOverflow               // evicted because pending was full
+	FateExpired                // Expires passed before it was sent
+	FatePermanent              // permanent batch error or ItemInvalid
+	FateStopped                // still queued when the batcher was closed
+)
+
+// Gate lets something outside the batcher hold dispatch (the circuit breaker, SPEC
+// §5). It is consulted by the acceptor goroutine before assigning work; a non-zero
+// duration means "hold for at least this long". Optional.
+type Gate interface {
+	Hold(now time.Time) time.Duration
+}
+
+// Config holds the knobs of one per-peer batcher. It is copied by New; DefaultConfig
+// gives the defaults of SPEC §4.
+type Config[T any] struct {
+	// MaxBuffer bounds pending. Default 10000 (Eureka maxElementsInPeerReplicationPool).
+	MaxBuffer int
+	// MaxBatch is the largest batch handed to a worker. Default 250 (Eureka BATCH_SIZE).
+	MaxBatch int
+	// MaxBatchingDelay: a batch is due when pending holds MaxBatch tasks or the oldest
+	// task has waited this long. Default 0: an idle worker takes whatever is pending
+	// at once (Eureka waits 500ms, which puts that latency on every event).
+	MaxBatchingDelay time.Duration
+	// Workers is the number of concurrent sends to this peer. Default 8, a placeholder
+	// until the benchmark picks one (Eureka uses 20).
+	Workers int
+	// CongestionRetryDelay pauses the peer after congestion. Default 100ms (seed 000).
+	CongestionRetryDelay time.Duration
+	// NetworkFailureRetryDelay pauses the peer after a network failure. Default 1s
+	// (seed 000; a dead peer deserves the longer pause).
+	NetworkFailureRetryDelay time.Duration
+	// AcceptorQueue bounds the number of Offer calls waiting for the acceptor; once it
+	// is full, Offer blocks. Default 1024.
+	AcceptorQueue int
+
+	// Now reads the clock. Default time.Now. Tests inject a fake.
+	Now func() time.Time
+	// Logger receives rate-limited logs of dropped tasks and errors. Default: discard.
+	Logger *slog.Logger
+	// OnFinal, if set, is called exactly once for every task that leaves the batcher
+	// for good, from the acceptor goroutine (or from Close for FateStopped). It must
+	// not block, and t is valid only during the call.
+	OnFinal func(t *Task[T], fate Fate)
+	// Gate, if set, can hold dispatch (circuit breaker).
+	Gate Gate
+}
+
+// Stats is a snapshot of one batcher's counters (events since start) and gauges.
+type Stats struct {
+	// Counters.
+	Accepted, Overridden, Overflow, Expired, Replayed, Succeeded uint64
+	Congestion, Transient, Permanent, Stale                      uint64
+	// Gauges, all counted in tasks except IdleWorkers. AcceptorQueue includes the
+	// tasks of Offer calls blocked on a full queue.
+	AcceptorQueue, ReprocessQueue, Pending, InFlight, IdleWorkers uint64
+}

@@ -1,0 +1,92 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/batcher"
+)
+
+// Replicator sends one batch to one peer. *peers.Conn and *peers.FakeConn implement
+// it. Its errors wrap peers.ErrCongestion, peers.ErrNetwork or peers.ErrPermanent.
+type Replicator interface {
+	Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
+	Close() error
+}
+
+// Config configures a Node. It is copied by New; change nothing after.
+type Config struct {
+	// NodeID names this sidecar in ReplicateRequest.origin_node and in version
+	// tie-breaks. Default: the hostname (the pod name on Kubernetes).
+	NodeID string
+	// Peers are the peer addresses (host:port of their peer listeners).
+	Peers []string
+	// Dial opens a Replicator to a peer address. Required when Peers is not empty.
+	Dial func(addr string) (Replicator, error)
+	// Batcher configures every per-peer batcher. Now, Logger and OnFinal are set by
+	// the Node.
+	Batcher batcher.Config[*fanoutv1.Event]
+	// ReplicateTimeout is the deadline of one Replicate call. 5s: long enough for a
+	// full batch over a slow link; a peer slower than that is treated as congested.
+	ReplicateTimeout time.Duration
+	// TaskTTL is the default ttl of an event that sets none. 0: never expire; an event
+	// waits for its peer as long as the bounded buffer keeps it.
+	TaskTTL time.Duration
+	// VersionMemory bounds the version table (task_ids remembered). 1,000,000: about
+	// 100 MB at worst with 1 KiB task_ids, typically far less.
+	VersionMemory int
+	// InboxCapacity bounds the events waiting for local subscribers. 10000, the same
+	// as a peer's pending buffer.
+	InboxCapacity int
+	// Limits are the input bounds of SPEC §10.
+	Limits Limits
+	// Logger gets structured logs. Default: JSON on stderr.
+	Logger *slog.Logger
+	// Now reads the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults of SPEC §4, §6 and §10.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		NodeID:           host,
+		Batcher:          batcher.DefaultConfig[*fanoutv1.Event](),
+		ReplicateTimeout: 5 * time.Second,
+		VersionMemory:    1_000_000,
+		InboxCapacity:    10_000,
+		Limits:           DefaultLimits(),
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.NodeID != "", "node id is empty: set --node-id")
+	check(len(c.Peers) == 0 || c.Dial != nil, "fanout: Config.Dial is required with peers")
+	check(c.ReplicateTimeout > 0, "--replicate-timeout must be > 0, got %s", c.ReplicateTimeout)
+	check(c.TaskTTL >= 0, "--task-ttl must be >= 0, got %s", c.TaskTTL)
+	check(c.VersionMemory > 0, "--version-memory must be > 0, got %d", c.VersionMemory)
+	check(c.InboxCapacity > 0, "--inbox-capacity must be > 0, got %d", c.InboxCapacity)
+	check(c.Limits.MaxEventBytes > 0, "--max-event-bytes must be > 0, got %d", c.Limits.MaxEventBytes)
+	check(c.Limits.MaxEvents > 0 && c.Limits.MaxTaskIDBytes > 0, "limits must be > 0")
+	return errors.Join(errs...)
+}
+
+func (c *Config) fillDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}

@@ -1,0 +1,59 @@
+package fanout
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// logicalBits is the width of the logical counter in a version: milliseconds since the
+// Unix epoch sit above it. 16 bits give 65536 versions per millisecond before the
+// counter carries into the millisecond field (which keeps it monotonic regardless).
+const logicalBits = 16
+
+// maxObservedSkew bounds how far ahead of our wall clock a remote version may pull our
+// clock. App-chosen versions (small counters, or huge numbers) must not drag the clock
+// into the far future; real peer clocks are within seconds of ours.
+const maxObservedSkew = time.Minute
+
+// hlc is a hybrid logical clock: versions are wall-clock milliseconds in the high bits
+// and a logical counter in the low bits. It is monotonic on this node even when the
+// wall clock steps back, and stays close to wall time. Safe for concurrent use.
+type hlc struct {
+	last atomic.Uint64 // highest version handed out or observed
+	now  func() time.Time
+}
+
+// reserve hands out n consecutive versions and returns the first.
+func (c *hlc) reserve(n int) uint64 {
+	for {
+		old := c.last.Load()
+		first := max(wallVersion(c.now()), old+1)
+		if c.last.CompareAndSwap(old, first+uint64(n)-1) {
+			return first
+		}
+	}
+}
+
+// observe moves the clock past a version seen from a peer, so a later local write of
+// the same task wins over it (the HLC receive rule). Versions further ahead than
+// maxObservedSkew are ignored.
+func (c *hlc) observe(v uint64) {
+	if v > wallVersion(c.now().Add(maxObservedSkew)) {
+		return
+	}
+	for {
+		old := c.last.Load()
+		if v <= old || c.last.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// wallVersion is the smallest version of the millisecond t falls in.
+func wallVersion(t time.Time) uint64 {
+	ms := t.UnixMilli()
+	if ms < 0 {
+		return 0
+	}
+	return uint64(ms) << logicalBits
+}

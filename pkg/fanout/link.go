@@ -1,0 +1,128 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/peers"
+)
+
+// link is the path to one peer: its batcher, and the connection the batcher's workers
+// send through. The link is the batcher's Processor.
+type link struct {
+	addr   string
+	node   *Node
+	conn   Replicator
+	b      *batcher.Batcher[*fanoutv1.Event]
+	nodeID atomic.Pointer[string] // learned from the first Replicate response
+	isSelf atomic.Bool            // the peer answered with our own node id
+	once   sync.Once
+}
+
+var _ batcher.Processor[*fanoutv1.Event] = (*link)(nil)
+
+func (n *Node) newLink(addr string) (*link, error) {
+	conn, err := n.cfg.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", addr, err)
+	}
+	l := &link{addr: addr, node: n, conn: conn}
+	bc := n.cfg.Batcher
+	bc.Now = n.cfg.Now
+	bc.Logger = n.log.With("peer", addr)
+	b, err := batcher.New(bc, l)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	l.b = b
+	return l, nil
+}
+
+// Process sends one batch as one Replicate call and maps the answer to the batcher's
+// result classes. It runs on the batcher's worker goroutines.
+func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event]) batcher.Result {
+	if l.isSelf.Load() {
+		return batcher.Result{Class: batcher.Permanent, Err: errors.New("peer is this node")}
+	}
+	req := &fanoutv1.ReplicateRequest{
+		OriginNode:           l.node.cfg.NodeID,
+		Events:               make([]*fanoutv1.Event, len(batch)),
+		SubmittedAtUnixNanos: make([]int64, len(batch)),
+	}
+	for i := range batch {
+		req.Events[i] = batch[i].Value
+		req.SubmittedAtUnixNanos[i] = batch[i].Submitted.UnixNano()
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.node.cfg.ReplicateTimeout)
+	defer cancel()
+	resp, err := l.conn.Replicate(ctx, req)
+	if err != nil {
+		return batcher.Result{Class: classOf(err), Err: err}
+	}
+	l.learn(resp.GetNodeId())
+	items := make([]batcher.ItemOutcome, len(resp.Statuses))
+	for i, s := range resp.Statuses {
+		items[i] = itemOutcome(s)
+	}
+	return batcher.Result{Class: batcher.Success, Items: items}
+}
+
+// learn records the peer's node id; a peer that is this node is scheduled for removal.
+func (l *link) learn(id string) {
+	if id == "" {
+		return
+	}
+	if cur := l.nodeID.Load(); cur == nil || *cur != id {
+		l.nodeID.Store(&id)
+	}
+	if id == l.node.cfg.NodeID && !l.isSelf.Swap(true) {
+		select {
+		case l.node.removeCh <- l:
+		default: // buffered len(Peers); can only be full if removal is already queued
+		}
+	}
+}
+
+func (l *link) peerNodeID() string {
+	if p := l.nodeID.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		l.b.Close()
+		l.conn.Close()
+	})
+}
+
+func classOf(err error) batcher.Class {
+	switch {
+	case errors.Is(err, peers.ErrCongestion):
+		return batcher.Congestion
+	case errors.Is(err, peers.ErrNetwork):
+		return batcher.NetworkFailure
+	default:
+		return batcher.Permanent
+	}
+}
+
+func itemOutcome(s fanoutv1.ItemStatus) batcher.ItemOutcome {
+	switch s {
+	case fanoutv1.ItemStatus_ITEM_STATUS_OK:
+		return batcher.ItemOK
+	case fanoutv1.ItemStatus_ITEM_STATUS_STALE:
+		return batcher.ItemStale
+	case fanoutv1.ItemStatus_ITEM_STATUS_BUSY:
+		return batcher.ItemBusy
+	default:
+		return batcher.ItemInvalid
+	}
+}

@@ -1,0 +1,255 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/batcher"
+)
+
+// Errors of the Node's domain API; the gRPC adapters map them to status codes.
+var (
+	// ErrDraining: the node is shutting down and takes no new submissions.
+	ErrDraining = errors.New("fanout: draining, not accepting submissions")
+	// ErrAckUnsupported: an ack policy other than QUEUED was asked for.
+	ErrAckUnsupported = errors.New("fanout: ack policies other than QUEUED are not supported yet")
+	// ErrClosed: the node has been closed.
+	ErrClosed = errors.New("fanout: closed")
+)
+
+// Node is one sidecar's domain core: it assigns versions, fans submissions out to one
+// batcher per peer, and admits replicated events into the inbox.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	clock    hlc
+	versions *versionTable
+	inbox    *inbox
+
+	// links is the current peer set, copy-on-write: Submit loads it without a lock.
+	// Written only by New and the run goroutine (self-removal).
+	links    atomic.Pointer[[]*link]
+	removeCh chan *link // links found to be this node itself; buffered len(Peers)
+
+	draining atomic.Bool
+	ctx      context.Context // cancelled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // the inbox pump and run
+	closed   sync.Once
+}
+
+// New builds a node and starts its goroutines: one batcher per peer, the inbox pump and
+// the peer-set janitor. Close stops them.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.fillDefaults()
+	cfg.Peers = append([]string(nil), cfg.Peers...)
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		clock:    hlc{now: cfg.Now},
+		versions: newVersionTable(cfg.VersionMemory),
+		inbox:    newInbox(cfg.InboxCapacity),
+		removeCh: make(chan *link, len(cfg.Peers)),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	links, err := n.startLinks(cfg.Peers)
+	if err != nil {
+		n.cancel()
+		return nil, err
+	}
+	n.links.Store(&links)
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.inbox.run(n.ctx) }()
+	go func() { defer n.wg.Done(); n.run() }()
+	return n, nil
+}
+
+func (n *Node) startLinks(addrs []string) ([]*link, error) {
+	links := make([]*link, 0, len(addrs))
+	for _, addr := range addrs {
+		l, err := n.newLink(addr)
+		if err != nil {
+			for _, l := range links {
+				l.close()
+			}
+			return nil, err
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// run removes links that turned out to be this node (SPEC §8: a peer list, or DNS,
+// may name our own address).
+func (n *Node) run() {
+	for {
+		select {
+		case l := <-n.removeCh:
+			n.removeLink(l)
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+func (n *Node) removeLink(dead *link) {
+	old := *n.links.Load()
+	next := make([]*link, 0, len(old))
+	for _, l := range old {
+		if l != dead {
+			next = append(next, l)
+		}
+	}
+	n.links.Store(&next)
+	n.log.Info("peer address is this node; dropping it", "peer", dead.addr)
+	dead.close()
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Submit validates a whole request, assigns versions, records them as this node's own
+// writes, and queues every event for every peer. It returns once the events are in
+// every peer's queue (ACK_POLICY_QUEUED).
+func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
+	if n.draining.Load() {
+		return nil, ErrDraining
+	}
+	if err := n.cfg.Limits.validateSubmit(req); err != nil {
+		return nil, err
+	}
+	switch req.GetAck() {
+	case fanoutv1.AckPolicy_ACK_POLICY_UNSPECIFIED, fanoutv1.AckPolicy_ACK_POLICY_QUEUED:
+	default:
+		return nil, fmt.Errorf("%w (got %s)", ErrAckUnsupported, req.GetAck())
+	}
+	tasks, versions := n.prepare(req.GetEvents())
+	for _, l := range *n.links.Load() {
+		if err := l.b.Offer(ctx, tasks); err != nil {
+			return nil, fmt.Errorf("queue for peer %s: %w", l.addr, err)
+		}
+	}
+	return &fanoutv1.SubmitResponse{RequestId: req.GetRequestId(), Versions: versions, Satisfied: true}, nil
+}
+
+// prepare assigns versions and expiry and records each event as this node's write.
+// The events become shared, read-only, between the peers' batchers.
+func (n *Node) prepare(events []*fanoutv1.Event) ([]batcher.Task[*fanoutv1.Event], []uint64) {
+	now := n.cfg.Now()
+	next := n.clock.reserve(len(events))
+	tasks := make([]batcher.Task[*fanoutv1.Event], len(events))
+	versions := make([]uint64, len(events))
+	for i, ev := range events {
+		if ev.Version == 0 {
+			ev.Version = next + uint64(i)
+		}
+		versions[i] = ev.Version
+		n.versions.record(ev.TaskId, stamp{version: ev.Version, origin: n.cfg.NodeID})
+		tasks[i] = batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)}
+	}
+	return tasks, versions
+}
+
+func (n *Node) expiry(ev *fanoutv1.Event, now time.Time) time.Time {
+	ttl := n.cfg.TaskTTL
+	if t := ev.GetTtl(); t != nil && t.AsDuration() > 0 {
+		ttl = t.AsDuration()
+	}
+	if ttl == 0 {
+		return time.Time{}
+	}
+	return now.Add(ttl)
+}
+
+// Replicate admits a batch from a peer: each valid event that is newer than the
+// version table goes to the inbox. Events that arrive here are never sent on.
+func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	if err := n.validateReplicate(req); err != nil {
+		return nil, err
+	}
+	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}
+	origin := req.GetOriginNode()
+	for i, ev := range req.Events {
+		resp.Statuses[i] = n.admit(i, ev, origin, req.SubmittedAtUnixNanos)
+	}
+	return resp, nil
+}
+
+func (n *Node) validateReplicate(req *fanoutv1.ReplicateRequest) error {
+	switch o := req.GetOriginNode(); {
+	case o == "":
+		return invalid("origin_node", "empty")
+	case len(o) > n.cfg.Limits.MaxTaskIDBytes:
+		return invalid("origin_node", "%d bytes, at most %d", len(o), n.cfg.Limits.MaxTaskIDBytes)
+	}
+	if k := len(req.GetEvents()); k > n.cfg.Limits.MaxEvents {
+		return invalid("events", "%d events, at most %d per request", k, n.cfg.Limits.MaxEvents)
+	}
+	if s, e := len(req.GetSubmittedAtUnixNanos()), len(req.GetEvents()); s != 0 && s != e {
+		return invalid("submitted_at_unix_nanos", "%d entries for %d events", s, e)
+	}
+	return nil
+}
+
+func (n *Node) admit(i int, ev *fanoutv1.Event, origin string, submitted []int64) fanoutv1.ItemStatus {
+	if n.cfg.Limits.validateEvent(i, ev) != nil || ev.GetVersion() == 0 {
+		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
+	}
+	if origin == n.cfg.NodeID {
+		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
+	}
+	d := delivery{event: ev, origin: origin}
+	if len(submitted) > i {
+		d.submitted = submitted[i]
+	}
+	n.clock.observe(ev.Version)
+	switch n.versions.admit(ev.TaskId, stamp{version: ev.Version, origin: origin}, func() bool { return n.inbox.put(d) }) {
+	case admitted:
+		return fanoutv1.ItemStatus_ITEM_STATUS_OK
+	case busy:
+		return fanoutv1.ItemStatus_ITEM_STATUS_BUSY
+	default:
+		return fanoutv1.ItemStatus_ITEM_STATUS_STALE
+	}
+}
+
+// Drain stops accepting submissions and waits until every peer's queues are empty, or
+// ctx is done (SPEC §9 graceful shutdown).
+func (n *Node) Drain(ctx context.Context) error {
+	n.draining.Store(true)
+	var errs []error
+	for _, l := range *n.links.Load() {
+		if err := l.b.Drain(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("peer %s: %w", l.addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Draining reports whether Drain has been called.
+func (n *Node) Draining() bool { return n.draining.Load() }
+
+// Close stops every goroutine of the node and waits for them. Tasks still queued are
+// dropped (counted). Idempotent.
+func (n *Node) Close() {
+	n.closed.Do(func() {
+		n.draining.Store(true)
+		n.cancel()
+		n.wg.Wait()
+		for _, l := range *n.links.Load() {
+			l.close()
+		}
+	})
+}
+
+// Done is closed when the node is closed.
+func (n *Node) Done() <-chan struct{} { return n.ctx.Done() }

@@ -1,0 +1,123 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"io"
+	"unicode/utf8"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/batcher"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// FanoutServer adapts a Node to fanout.v1.FanoutService: it calls into the node and
+// maps domain errors to status codes. Nothing else.
+type FanoutServer struct {
+	fanoutv1.UnimplementedFanoutServiceServer
+	node *Node
+}
+
+// PeerServer adapts a Node to fanout.v1.PeerService.
+type PeerServer struct {
+	fanoutv1.UnimplementedPeerServiceServer
+	node *Node
+}
+
+// NewFanoutServer returns the app-facing gRPC service of n.
+func NewFanoutServer(n *Node) *FanoutServer { return &FanoutServer{node: n} }
+
+// NewPeerServer returns the peer-facing gRPC service of n.
+func NewPeerServer(n *Node) *PeerServer { return &PeerServer{node: n} }
+
+// Submit implements FanoutService.Submit.
+func (s *FanoutServer) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
+	resp, err := s.node.Submit(ctx, req)
+	return resp, toStatus(err)
+}
+
+// SubmitStream implements FanoutService.SubmitStream: one response per request, in
+// order, matched by request_id. A rejected request ends the stream with its status.
+func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.node.Submit(stream.Context(), req)
+		if err != nil {
+			return toStatus(err)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// Subscribe implements FanoutService.Subscribe.
+func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1.FanoutService_SubscribeServer) error {
+	prefix := req.GetTaskIdPrefix()
+	if len(prefix) > s.node.cfg.Limits.MaxTaskIDBytes || !utf8.ValidString(prefix) {
+		return status.Errorf(codes.InvalidArgument, "task_id_prefix: must be at most %d bytes of UTF-8", s.node.cfg.Limits.MaxTaskIDBytes)
+	}
+	ctx := stream.Context()
+	sub, cancel := s.node.inbox.subscribe(prefix, ctx.Done())
+	defer cancel()
+	for {
+		select {
+		case d := <-sub.ch:
+			if err := stream.Send(d.response()); err != nil {
+				return err
+			}
+			s.node.inbox.deliver.Add(1)
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.node.Done():
+			return status.Error(codes.Unavailable, "sidecar shutting down")
+		}
+	}
+}
+
+func (d delivery) response() *fanoutv1.SubscribeResponse {
+	r := &fanoutv1.SubscribeResponse{Event: d.event, OriginNode: d.origin}
+	if d.submitted != 0 {
+		r.SubmittedAt = &timestamppb.Timestamp{Seconds: d.submitted / 1e9, Nanos: int32(d.submitted % 1e9)}
+	}
+	return r
+}
+
+// GetStatus implements FanoutService.GetStatus.
+func (s *FanoutServer) GetStatus(context.Context, *fanoutv1.GetStatusRequest) (*fanoutv1.GetStatusResponse, error) {
+	return s.node.Status(), nil
+}
+
+// Replicate implements PeerService.Replicate.
+func (s *PeerServer) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	resp, err := s.node.Replicate(ctx, req)
+	return resp, toStatus(err)
+}
+
+// toStatus maps the node's errors to gRPC status codes. It is the only place in the
+// package that chooses a code.
+func toStatus(err error) error {
+	var inv *InvalidError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, inv.Error())
+	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed), errors.Is(err, batcher.ErrStopped):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, ErrAckUnsupported):
+		return status.Error(codes.Unimplemented, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}

@@ -1,0 +1,45 @@
+package fanout
+
+import (
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+)
+
+// Status reports this node and every peer: gauges and counters (SPEC §3 GetStatus).
+func (n *Node) Status() *fanoutv1.GetStatusResponse {
+	links := *n.links.Load()
+	resp := &fanoutv1.GetStatusResponse{
+		NodeId:      n.cfg.NodeID,
+		Peers:       make([]*fanoutv1.PeerStatus, 0, len(links)),
+		Inbox:       uint64(n.inbox.len()),
+		Subscribers: uint64(n.inbox.subscribers()),
+		Delivered:   n.inbox.deliver.Load(),
+	}
+	for _, l := range links {
+		resp.Peers = append(resp.Peers, l.status())
+	}
+	return resp
+}
+
+func (l *link) status() *fanoutv1.PeerStatus {
+	st := l.b.Stats()
+	return &fanoutv1.PeerStatus{
+		Address:        l.addr,
+		NodeId:         l.peerNodeID(),
+		Breaker:        "closed",
+		Pending:        st.Pending,
+		InFlight:       st.InFlight,
+		Accepted:       st.Accepted,
+		Overridden:     st.Overridden,
+		Overflow:       st.Overflow,
+		Expired:        st.Expired,
+		Replayed:       st.Replayed,
+		Succeeded:      st.Succeeded,
+		Congestion:     st.Congestion,
+		Transient:      st.Transient,
+		Permanent:      st.Permanent,
+		Stale:          st.Stale,
+		AcceptorQueue:  st.AcceptorQueue,
+		ReprocessQueue: st.ReprocessQueue,
+		IdleWorkers:    st.IdleWorkers,
+	}
+}

@@ -1,0 +1,126 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// The three failure classes of a Replicate call (SPEC §5). Errors returned by
+// Conn.Replicate wrap exactly one of them.
+var (
+	// ErrCongestion: the peer is overloaded; back off for the congestion delay.
+	ErrCongestion = errors.New("peers: congestion")
+	// ErrNetwork: the peer could not be reached; back off for the network-failure delay.
+	ErrNetwork = errors.New("peers: network failure")
+	// ErrPermanent: retrying the same batch will not help; drop it.
+	ErrPermanent = errors.New("peers: permanent failure")
+)
+
+// Options configure a Conn.
+type Options struct {
+	// MaxMessageBytes bounds a Replicate request and response. 0 means 4 MiB (gRPC's
+	// default).
+	MaxMessageBytes int
+	// Creds are the transport credentials. nil means plaintext.
+	Creds credentials.TransportCredentials
+	// DialOptions are appended (interceptors, stats handlers).
+	DialOptions []grpc.DialOption
+}
+
+// Conn is a client of one peer's PeerService. It is safe for concurrent use; gRPC
+// multiplexes concurrent Replicate calls over one HTTP/2 connection.
+type Conn struct {
+	addr   string
+	cc     *grpc.ClientConn
+	client fanoutv1.PeerServiceClient
+}
+
+// Dial prepares a connection to addr. It does not block: gRPC connects lazily and
+// reconnects with backoff on its own.
+func Dial(addr string, opts Options) (*Conn, error) {
+	creds := opts.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	size := opts.MaxMessageBytes
+	if size <= 0 {
+		size = 4 << 20
+	}
+	dopts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
+	}, opts.DialOptions...)
+	cc, err := grpc.NewClient(addr, dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("peers: dial %s: %w", addr, err)
+	}
+	return &Conn{addr: addr, cc: cc, client: fanoutv1.NewPeerServiceClient(cc)}, nil
+}
+
+// Addr is the peer's address as configured.
+func (c *Conn) Addr() string { return c.addr }
+
+// Replicate sends one batch. ctx carries the deadline (--replicate-timeout). The error,
+// if any, wraps ErrCongestion, ErrNetwork or ErrPermanent.
+func (c *Conn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	resp, err := c.client.Replicate(ctx, req)
+	if err != nil {
+		return nil, Classify(err)
+	}
+	if got, want := len(resp.GetStatuses()), len(req.GetEvents()); got != want {
+		return nil, fmt.Errorf("%w: %s answered %d statuses for %d events", ErrPermanent, c.addr, got, want)
+	}
+	return resp, nil
+}
+
+// Close releases the connection. It is safe to call more than once.
+func (c *Conn) Close() error {
+	err := c.cc.Close()
+	if status.Code(err) == codes.Canceled {
+		return nil // already closed
+	}
+	return err
+}
+
+// Classify maps an error from a Replicate call to one of the three classes (SPEC §5):
+// RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED are congestion (a timed-out peer is usually
+// an overloaded one, Eureka PR #1031); UNAVAILABLE, CANCELED and errors that carry no
+// status (connection errors) are network failures; everything else is permanent.
+func Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrCongestion) || errors.Is(err, ErrNetwork) || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %v", ErrCongestion, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %v", ErrNetwork, err)
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%w: %v", ErrNetwork, err)
+	}
+	return fmt.Errorf("%w: %s", classOf(s.Code()), s.Message())
+}
+
+func classOf(c codes.Code) error {
+	switch c {
+	case codes.ResourceExhausted, codes.DeadlineExceeded:
+		return ErrCongestion
+	case codes.Unavailable, codes.Canceled:
+		return ErrNetwork
+	default:
+		return ErrPermanent
+	}
+}
