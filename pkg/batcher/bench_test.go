@@ -1,0 +1,135 @@
+package batcher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+var benchSizes = []int{1, 10, 100, 250}
+
+// benchOffers builds k offers of n tasks each, with IDs unique across all of them.
+func benchOffers(k, n int) [][]Task[int] {
+	offers := make([][]Task[int], k)
+	for i := range offers {
+		offers[i] = make([]Task[int], n)
+		for j := range offers[i] {
+			offers[i][j] = Task[int]{ID: fmt.Sprintf("register#APP/i-%d", i*n+j), Value: j}
+		}
+	}
+	return offers
+}
+
+// okProcessor answers OK for every task without allocating.
+func okProcessor(maxBatch int) Processor[int] {
+	items := make([]ItemOutcome, maxBatch)
+	return ProcessorFunc[int](func(_ context.Context, batch []Task[int]) Result {
+		return Result{Class: Success, Items: items[:len(batch)]}
+	})
+}
+
+func reportPerTask(b *testing.B, n int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/task")
+}
+
+// BenchmarkEnqueue offers batches of unique tasks to a running Batcher whose
+// Processor answers OK at once: the full path, Offer to fate, through the
+// goroutines. One op is one Offer.
+func BenchmarkEnqueue(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig[int]()
+			bt, err := New(cfg, okProcessor(cfg.MaxBatch))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bt.Close()
+			offers := benchOffers(max(1, 1<<16/n), n)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := bt.Offer(ctx, offers[i%len(offers)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := bt.Drain(ctx); err != nil { // timed: the work is done when drained
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			reportPerTask(b, n)
+		})
+	}
+}
+
+// BenchmarkEnqueueCore is BenchmarkEnqueue without goroutines: accept an offer,
+// assign it, complete it OK.
+func BenchmarkEnqueueCore(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig[int]()
+			c := newCore(&cfg)
+			offers := benchOffers(max(1, 1<<16/n), n)
+			items := make([]ItemOutcome, cfg.MaxBatch)
+			now := time.Now()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				c.accept(offers[i%len(offers)], now)
+				for bt, ok := c.assign(now); ok; bt, ok = c.assign(now) {
+					bt.result = Result{Class: Success, Items: items[:len(bt.tasks)]}
+					c.complete(bt, now)
+				}
+			}
+			reportPerTask(b, n)
+		})
+	}
+}
+
+// BenchmarkCoalesce offers the same IDs again and again while they wait: every
+// task after the first offer overrides one in pending.
+func BenchmarkCoalesce(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig[int]()
+			c := newCore(&cfg)
+			tasks := benchOffers(1, n)[0]
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				c.accept(tasks, now)
+			}
+			reportPerTask(b, n)
+		})
+	}
+}
+
+// BenchmarkAssign pops batches of MaxBatch tasks from a full pending and
+// completes them OK. One op is one batch.
+func BenchmarkAssign(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig[int]()
+			cfg.MaxBatch = n
+			c := newCore(&cfg)
+			fill := benchOffers(1, cfg.MaxBuffer)[0]
+			items := make([]ItemOutcome, n)
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				if c.order.n < n {
+					b.StopTimer()
+					c.accept(fill, now)
+					b.StartTimer()
+				}
+				bt, ok := c.assign(now)
+				if !ok {
+					b.Fatal("nothing assigned")
+				}
+				bt.result = Result{Class: Success, Items: items[:len(bt.tasks)]}
+				c.complete(bt, now)
+			}
+			reportPerTask(b, n)
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package batcher
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DefaultConfig returns the defaults of SPEC §4. The reason for each is next to it.
+func DefaultConfig[T any]() Config[T] {
+	return Config[T]{
+		// Eureka's maxElementsInPeerReplicationPool: about a minute of a busy
+		// registry's changes for one peer, a few MiB of small events.
+		MaxBuffer: 10000,
+		// Eureka's BATCH_SIZE: big enough to amortise a round trip, small enough
+		// that one Replicate call stays well under the gRPC message limit.
+		MaxBatch: 250,
+		// Ours: an idle worker sends at once. Under load the workers are busy and
+		// batches grow by themselves; Eureka's 500ms put that latency on every event.
+		MaxBatchingDelay: 0,
+		// A placeholder until the benchmark picks one. Eureka uses 20 threads per
+		// peer, which a 2-core pod cannot use; 8 keeps a slow round trip from
+		// stalling a peer while bounding what in-flight exclusion has to skip.
+		Workers: 8,
+		// Seed 000: a busy peer recovers quickly, so pause briefly.
+		CongestionRetryDelay: 100 * time.Millisecond,
+		// Seed 000: a dead peer deserves the longer pause (Eureka swaps the two).
+		NetworkFailureRetryDelay: time.Second,
+		// Offers waiting for the acceptor. One Offer is one Submit, so this absorbs
+		// bursts of 1024 requests before Submit feels back pressure.
+		AcceptorQueue: 1024,
+		// Real time; tests inject a fake.
+		Now: time.Now,
+		// Quiet unless the caller passes its logger in.
+		Logger: slog.New(slog.DiscardHandler),
+	}
+}
+
+// validate checks c and fills the zero-valued Now and Logger with their defaults.
+func (c *Config[T]) validate() error {
+	if err := c.validateSizes(); err != nil {
+		return err
+	}
+	if err := c.validateDelays(); err != nil {
+		return err
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func (c *Config[T]) validateSizes() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxBuffer", c.MaxBuffer},
+		{"MaxBatch", c.MaxBatch},
+		{"Workers", c.Workers},
+		{"AcceptorQueue", c.AcceptorQueue},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("batcher: %s must be > 0, got %d", f.name, f.v)
+		}
+	}
+	if c.MaxBatch > c.MaxBuffer {
+		return fmt.Errorf("batcher: MaxBatch must be <= MaxBuffer (%d), got %d", c.MaxBuffer, c.MaxBatch)
+	}
+	return nil
+}
+
+func (c *Config[T]) validateDelays() error {
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"MaxBatchingDelay", c.MaxBatchingDelay},
+		{"CongestionRetryDelay", c.CongestionRetryDelay},
+		{"NetworkFailureRetryDelay", c.NetworkFailureRetryDelay},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("batcher: %s must be >= 0, got %v", f.name, f.v)
+		}
+	}
+	return nil
+}

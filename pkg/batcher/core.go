@@ -1,0 +1,480 @@
+package batcher
+
+import "time"
+
+// batch is the work of one worker: the tasks it sends and, once sent, the result.
+// Batches are recycled through core.spare.
+type batch[T any] struct {
+	// tasks is handed to Processor.Process. Owned by the worker between assign and
+	// complete, by the acceptor otherwise.
+	tasks []Task[T]
+	// arrived[i] is tasks[i]'s holder.arrived, kept for a retry.
+	arrived []time.Time
+	// slots[i] is the holder that marks tasks[i].ID in flight.
+	slots []*holder[T]
+	// result is set by the worker before it hands the batch back.
+	result Result
+}
+
+// core is the deterministic heart of the batcher: the acceptor's state and the rules
+// of SPEC §4, driven by explicit calls and an explicit now, raft-style. It starts no
+// goroutine and reads no clock. Every field is owned by the acceptor goroutine (by
+// Close once the acceptor has exited); tests drive it directly.
+type core[T any] struct {
+	// Settings, fixed by newCore.
+	maxBuffer int           // Invariant: len(pending) <= maxBuffer
+	maxBatch  int           // Invariant: 0 < maxBatch <= maxBuffer
+	delay     time.Duration // MaxBatchingDelay
+	gate      Gate          // may be nil
+	onFinal   func(*Task[T], Fate)
+	log       rateLog
+
+	// ids maps every task_id that is pending, in flight or both to its holder, so
+	// that a task costs three map operations from Offer to fate.
+	ids map[string]*holder[T]
+	// order is pending: the waiting holders in processing order.
+	// Invariant: order.n <= maxBuffer.
+	order order[T]
+	// parked counts the waiting holders that are also flying.
+	// Invariant: 0 <= parked <= flying.
+	parked int
+	// flying counts the tasks handed to a worker and not yet completed. An ID is in
+	// at most one batch (in-flight exclusion).
+	flying int
+	// reprocess holds tasks handed back by failed sends, in the order they came
+	// back. drainReprocess empties it.
+	reprocess []*holder[T]
+	// idle counts workers without a batch. Invariant: 0 <= idle <= Workers.
+	idle   int
+	shaper shaper
+
+	free  *holder[T]  // recycled holders, linked by next
+	spare []*batch[T] // recycled batches; at most Workers
+	st    Stats       // counters; the gauges are filled in by stats
+}
+
+// newCore builds the core of a validated configuration.
+func newCore[T any](cfg *Config[T]) *core[T] {
+	return &core[T]{
+		maxBuffer: cfg.MaxBuffer,
+		maxBatch:  cfg.MaxBatch,
+		delay:     cfg.MaxBatchingDelay,
+		gate:      cfg.Gate,
+		onFinal:   cfg.OnFinal,
+		log:       rateLog{logger: cfg.Logger, interval: time.Second},
+		ids:       make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
+		idle:      cfg.Workers,
+		shaper: shaper{
+			congestionDelay: cfg.CongestionRetryDelay,
+			networkDelay:    cfg.NetworkFailureRetryDelay,
+		},
+	}
+}
+
+// accept is step 2 for the tasks of one Offer. tasks belongs to the caller and is
+// only read.
+func (c *core[T]) accept(tasks []Task[T], now time.Time) {
+	c.st.Accepted += uint64(len(tasks))
+	for i := range tasks {
+		c.acceptOne(&tasks[i], now)
+	}
+}
+
+// acceptOne coalesces t into pending, evicting the oldest task if pending is full.
+func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
+	h := c.ids[t.ID]
+	if h != nil && h.waiting {
+		c.st.Overridden++
+		c.final(&h.task, FateOverridden)
+		h.task = *t
+		return
+	}
+	if c.order.n >= c.maxBuffer {
+		c.evictOldest(now) // never h: h is not waiting
+	}
+	if h == nil {
+		h = c.newHolder(t, now)
+		c.ids[t.ID] = h
+	} else { // in flight: the newer version parks behind it
+		h.task, h.arrived = *t, now
+	}
+	c.wait(h, false)
+}
+
+// evictOldest drops the head of the order as overflow.
+func (c *core[T]) evictOldest(now time.Time) {
+	h := c.order.head
+	c.unwait(h)
+	c.st.Overflow++
+	c.final(&h.task, FateOverflow)
+	c.forget(h)
+	c.log.note(logOverflow, 1, now, nil)
+}
+
+// drainReprocess is step 1: it puts handed-back tasks in front of the order, in
+// their original order, while pending has room, and drops the rest as overflow.
+func (c *core[T]) drainReprocess(now time.Time) {
+	// Taking from the back and pushing to the front keeps the original order.
+	for len(c.reprocess) > 0 && c.order.n < c.maxBuffer {
+		last := len(c.reprocess) - 1
+		h := c.reprocess[last]
+		c.reprocess[last] = nil
+		c.reprocess = c.reprocess[:last]
+		c.requeue(h, now)
+	}
+	if n := len(c.reprocess); n > 0 {
+		for i, h := range c.reprocess {
+			c.st.Overflow++
+			c.drop(h, FateOverflow)
+			c.reprocess[i] = nil
+		}
+		c.reprocess = c.reprocess[:0]
+		c.log.note(logOverflow, n, now, nil)
+	}
+}
+
+// requeue puts one retry back in front unless it expired or a newer task with its
+// ID is pending. Its ID is not in flight: it has just come back from flight, and an
+// ID is in at most one batch.
+func (c *core[T]) requeue(h *holder[T], now time.Time) {
+	switch {
+	case expired(&h.task, now):
+		c.st.Expired++
+		c.drop(h, FateExpired)
+	case c.ids[h.task.ID] != nil: // so it is waiting
+		c.st.Overridden++
+		c.drop(h, FateOverridden)
+	default:
+		c.ids[h.task.ID] = h
+		c.wait(h, true)
+	}
+}
+
+// assign is steps 3 and 4 for one worker: it pops the next batch, or reports false
+// when no worker is idle, the shaper or the gate holds dispatch, or no batch is
+// due. The driver calls it until it reports false.
+func (c *core[T]) assign(now time.Time) (*batch[T], bool) {
+	// Each round takes or expires at least one holder, so the loop ends.
+	for c.idle > 0 && c.hold(now) == 0 && c.due(now) {
+		if b := c.popBatch(now); b != nil {
+			c.idle--
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// hold is how long dispatch must wait: the longer of the shaper and the gate.
+func (c *core[T]) hold(now time.Time) time.Duration {
+	d := c.shaper.hold(now)
+	if c.gate != nil {
+		d = max(d, c.gate.Hold(now))
+	}
+	return d
+}
+
+// due reports whether a batch is due: MaxBatch tasks are ready, or the oldest ready
+// task has waited MaxBatchingDelay (at once when the delay is 0).
+func (c *core[T]) due(now time.Time) bool {
+	ready := c.order.n - c.parked
+	switch {
+	case ready == 0:
+		return false
+	case ready >= c.maxBatch || c.delay <= 0:
+		return true
+	}
+	return now.Sub(c.firstReady().arrived) >= c.delay
+}
+
+// firstReady is the oldest holder that is not parked. It walks past at most parked
+// holders, which in-flight exclusion bounds by Workers*MaxBatch.
+func (c *core[T]) firstReady() *holder[T] {
+	h := c.order.head
+	for h != nil && h.flying {
+		h = h.next
+	}
+	return h
+}
+
+// popBatch takes up to MaxBatch ready holders from the head, dropping expired ones
+// on the way. Parked holders keep their place. It returns nil if all it found had
+// expired.
+func (c *core[T]) popBatch(now time.Time) *batch[T] {
+	b := c.newBatch()
+	for h := c.order.head; h != nil && len(b.tasks) < c.maxBatch; {
+		next := h.next
+		if !h.flying {
+			c.take(h, b, now)
+		}
+		h = next
+	}
+	if len(b.tasks) == 0 {
+		c.recycleBatch(b)
+		return nil
+	}
+	return b
+}
+
+// take moves h's task from pending into b and marks its ID in flight, or drops it
+// if it has expired. h is not flying.
+func (c *core[T]) take(h *holder[T], b *batch[T], now time.Time) {
+	c.unwait(h)
+	if expired(&h.task, now) {
+		c.st.Expired++
+		c.final(&h.task, FateExpired)
+		c.forget(h)
+		return
+	}
+	b.tasks = append(b.tasks, h.task)
+	b.arrived = append(b.arrived, h.arrived)
+	b.slots = append(b.slots, h)
+	h.task, h.arrived = Task[T]{ID: h.task.ID}, time.Time{}
+	h.flying = true
+	c.flying++
+}
+
+// complete applies a worker's result (SPEC §5): it frees the worker and the
+// batch's IDs, records fates, queues retries for drainReprocess and arms the shaper.
+func (c *core[T]) complete(b *batch[T], now time.Time) {
+	c.idle++
+	for _, h := range b.slots {
+		c.land(h)
+	}
+	r, n := &b.result, len(b.tasks)
+	switch {
+	case r.Class == Success && len(r.Items) == n:
+		c.applyItems(b, now)
+	case r.Class == Congestion:
+		c.st.Congestion += uint64(n)
+		c.shaper.congestion(now)
+		c.retryAll(b)
+	case r.Class == NetworkFailure:
+		c.st.Transient += uint64(n)
+		c.shaper.networkFailure(now)
+		c.retryAll(b)
+	default: // Permanent, a Success with the wrong number of items, an unknown class
+		c.dropAll(b, now)
+	}
+	c.recycleBatch(b)
+}
+
+// land ends h's flight: a newer task waiting in h is unparked, else h is
+// forgotten.
+func (c *core[T]) land(h *holder[T]) {
+	h.flying = false
+	c.flying--
+	if h.waiting {
+		c.parked--
+		return
+	}
+	c.forget(h)
+}
+
+// applyItems applies the per-item outcomes of a successful batch.
+func (c *core[T]) applyItems(b *batch[T], now time.Time) {
+	busy, invalid := false, 0
+	for i, o := range b.result.Items {
+		t := &b.tasks[i]
+		switch o {
+		case ItemOK:
+			c.st.Succeeded++
+			c.final(t, FateSucceeded)
+		case ItemStale:
+			c.st.Stale++
+			c.final(t, FateStale)
+		case ItemBusy:
+			c.st.Congestion++
+			c.retry(b, i)
+			busy = true
+		default: // ItemInvalid or an unknown outcome
+			c.st.Permanent++
+			c.final(t, FatePermanent)
+			invalid++
+		}
+	}
+	if busy {
+		c.shaper.congestion(now)
+	}
+	if invalid > 0 {
+		c.log.note(logPermanent, invalid, now, b.result.Err)
+	}
+}
+
+// retryAll hands every task of b back.
+func (c *core[T]) retryAll(b *batch[T]) {
+	for i := range b.tasks {
+		c.retry(b, i)
+	}
+}
+
+// retry hands b.tasks[i] back to the reprocess queue.
+func (c *core[T]) retry(b *batch[T], i int) {
+	c.st.Replayed++
+	c.reprocess = append(c.reprocess, c.newHolder(&b.tasks[i], b.arrived[i]))
+}
+
+// dropAll drops every task of b as permanent.
+func (c *core[T]) dropAll(b *batch[T], now time.Time) {
+	for i := range b.tasks {
+		c.st.Permanent++
+		c.final(&b.tasks[i], FatePermanent)
+	}
+	kind := logPermanent
+	if _, ok := b.result.Err.(*panicError); ok {
+		kind = logPanic
+	}
+	c.log.note(kind, len(b.tasks), now, b.result.Err)
+}
+
+// abort ends a batch that was assigned but never sent, at Close.
+func (c *core[T]) abort(b *batch[T]) {
+	c.idle++
+	for i, h := range b.slots {
+		c.land(h)
+		c.final(&b.tasks[i], FateStopped)
+	}
+	c.recycleBatch(b)
+}
+
+// stopTasks ends the tasks of an Offer that the acceptor never took, at Close.
+func (c *core[T]) stopTasks(tasks []Task[T]) {
+	c.st.Accepted += uint64(len(tasks))
+	for i := range tasks {
+		c.final(&tasks[i], FateStopped)
+	}
+}
+
+// stopAll ends every task still queued or pending, at Close. Batches in flight
+// must have been completed or aborted first.
+func (c *core[T]) stopAll() {
+	for i, h := range c.reprocess {
+		c.drop(h, FateStopped)
+		c.reprocess[i] = nil
+	}
+	c.reprocess = c.reprocess[:0]
+	for h := c.order.head; h != nil; h = c.order.head {
+		c.unwait(h)
+		c.final(&h.task, FateStopped)
+		c.forget(h)
+	}
+}
+
+// nextWake reports when assign may next have work although nothing else happens:
+// at the end of a hold, or when the oldest ready task becomes due. It reports false
+// when only a completion can help (no idle worker, or nothing ready).
+func (c *core[T]) nextWake(now time.Time) (time.Duration, bool) {
+	if c.idle == 0 || c.order.n == c.parked {
+		return 0, false
+	}
+	if d := c.hold(now); d > 0 {
+		return d, true
+	}
+	if c.due(now) {
+		return 0, true
+	}
+	return c.firstReady().arrived.Add(c.delay).Sub(now), true
+}
+
+// empty reports whether no task is queued, pending or in flight.
+func (c *core[T]) empty() bool {
+	return c.order.n == 0 && len(c.reprocess) == 0 && c.flying == 0
+}
+
+// stats returns the counters and the gauges the core owns.
+func (c *core[T]) stats() Stats {
+	s := c.st
+	s.ReprocessQueue = uint64(len(c.reprocess))
+	s.Pending = uint64(c.order.n)
+	s.InFlight = uint64(c.flying)
+	s.IdleWorkers = uint64(c.idle)
+	return s
+}
+
+// wait puts h, already in ids, into pending: at the front (a retry) or the back.
+func (c *core[T]) wait(h *holder[T], front bool) {
+	h.waiting = true
+	if h.flying {
+		c.parked++
+	}
+	if front {
+		c.order.pushFront(h)
+	} else {
+		c.order.pushBack(h)
+	}
+}
+
+// unwait takes h out of pending; it stays in ids. Follow with forget unless its
+// task goes into flight.
+func (c *core[T]) unwait(h *holder[T]) {
+	h.waiting = false
+	if h.flying {
+		c.parked--
+	}
+	c.order.remove(h)
+}
+
+// forget removes h from ids and recycles it, unless a task with its ID is still in
+// flight.
+func (c *core[T]) forget(h *holder[T]) {
+	if h.flying {
+		h.task, h.arrived = Task[T]{ID: h.task.ID}, time.Time{}
+		return
+	}
+	delete(c.ids, h.task.ID)
+	c.release(h)
+}
+
+// drop ends h with fate f and recycles it.
+func (c *core[T]) drop(h *holder[T], f Fate) {
+	c.final(&h.task, f)
+	c.release(h)
+}
+
+// final reports that t has left for good.
+func (c *core[T]) final(t *Task[T], f Fate) {
+	if c.onFinal != nil {
+		c.onFinal(t, f)
+	}
+}
+
+// newHolder returns a recycled or new holder for a copy of t.
+func (c *core[T]) newHolder(t *Task[T], arrived time.Time) *holder[T] {
+	h := c.free
+	if h != nil {
+		c.free, h.next = h.next, nil
+	} else {
+		h = new(holder[T])
+	}
+	h.task, h.arrived = *t, arrived
+	return h
+}
+
+// release recycles h, forgetting its task so the value can be collected.
+func (c *core[T]) release(h *holder[T]) {
+	*h = holder[T]{next: c.free}
+	c.free = h
+}
+
+// newBatch returns an empty recycled or new batch.
+func (c *core[T]) newBatch() *batch[T] {
+	if n := len(c.spare); n > 0 {
+		b := c.spare[n-1]
+		c.spare = c.spare[:n-1]
+		return b
+	}
+	return &batch[T]{}
+}
+
+// recycleBatch empties b, forgetting its tasks, and keeps it for reuse.
+func (c *core[T]) recycleBatch(b *batch[T]) {
+	clear(b.tasks)
+	clear(b.slots)
+	b.tasks, b.arrived, b.slots = b.tasks[:0], b.arrived[:0], b.slots[:0]
+	b.result = Result{}
+	c.spare = append(c.spare, b)
+}
+
+// expired reports whether t's Expires has passed at now.
+func expired[T any](t *Task[T], now time.Time) bool {
+	return !t.Expires.IsZero() && !t.Expires.After(now)
+}

@@ -1,0 +1,678 @@
+package batcher
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// ruleCase is one scripted run of the core: cfg adjusts the configuration, run
+// drives it and returns the batches it saw, and the rest is checked at the end.
+type ruleCase struct {
+	name        string
+	cfg         func(*Config[int])
+	run         func(h *harness) [][]string
+	wantBatches [][]string
+	wantPending []string
+	wantFates   map[int]Fate // values that must have exactly this one fate
+	wantStats   Stats        // only the counters are compared
+}
+
+func (tc ruleCase) test(t *testing.T) {
+	h := newHarness(t, tc.cfg)
+	got := tc.run(h)
+	if !equalBatches(got, tc.wantBatches) {
+		t.Errorf("batches = %q, want %q", got, tc.wantBatches)
+	}
+	if p := h.pending(); !slices.Equal(p, tc.wantPending) {
+		t.Errorf("pending = %q, want %q", p, tc.wantPending)
+	}
+	for val, fate := range tc.wantFates {
+		if got := h.fates.only(val); got != fate {
+			t.Errorf("fate of %d = %v, want exactly %v", val, h.fates[val], fate)
+		}
+	}
+	if n := len(h.fates); n != len(tc.wantFates) {
+		t.Errorf("%d tasks have a fate, want %d: %v", n, len(tc.wantFates), h.fates)
+	}
+	if got := counters(h.c.stats()); got != counters(tc.wantStats) {
+		t.Errorf("counters = %+v, want %+v", got, tc.wantStats)
+	}
+}
+
+// counters keeps only the counters of s.
+func counters(s Stats) Stats {
+	s.AcceptorQueue, s.ReprocessQueue, s.Pending, s.InFlight, s.IdleWorkers = 0, 0, 0, 0, 0
+	return s
+}
+
+func equalBatches(a, b [][]string) bool {
+	return slices.EqualFunc(a, b, func(x, y []string) bool { return slices.Equal(x, y) })
+}
+
+func TestCoreAccept(t *testing.T) {
+	for _, tc := range []ruleCase{{
+		name: "coalescing keeps place",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("a", 3))
+			return nil
+		},
+		wantPending: []string{"a:3", "b:2"},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 3, Overridden: 1},
+	}, {
+		name: "overflow evicts oldest",
+		cfg:  func(c *Config[int]) { c.MaxBuffer, c.MaxBatch = 3, 1 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("c", 3))
+			h.offer(tk("d", 4))
+			return nil
+		},
+		wantPending: []string{"b:2", "c:3", "d:4"},
+		wantFates:   map[int]Fate{1: FateOverflow},
+		wantStats:   Stats{Accepted: 4, Overflow: 1},
+	}, {
+		name: "override when full evicts nothing",
+		cfg:  func(c *Config[int]) { c.MaxBuffer, c.MaxBatch = 2, 1 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("a", 3))
+			return nil
+		},
+		wantPending: []string{"a:3", "b:2"},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 3, Overridden: 1},
+	}, {
+		name: "an override keeps the slot's age",
+		cfg:  func(c *Config[int]) { c.MaxBatchingDelay = 100 * time.Millisecond },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(60 * time.Millisecond)
+			h.offer(tk("a", 2))
+			h.advance(40 * time.Millisecond)
+			return h.assign()
+		},
+		wantBatches: [][]string{{"a:2"}},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 2, Overridden: 1},
+	}} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func TestCoreReprocess(t *testing.T) {
+	congestion := Result{Class: Congestion}
+	for _, tc := range []ruleCase{{
+		name: "goes to the front in original order",
+		cfg:  func(c *Config[int]) { c.MaxBatch = 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("c", 3))
+			got := h.assign()
+			h.offer(tk("d", 4))
+			h.complete(0, congestion)
+			return got
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"a:1", "b:2", "c:3", "d:4"},
+		wantStats:   Stats{Accepted: 4, Replayed: 2, Congestion: 2},
+	}, {
+		name: "batches keep the order they came back in",
+		cfg:  func(c *Config[int]) { c.MaxBatch, c.Workers = 1, 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("c", 3))
+			got := h.assign()
+			for _, b := range h.out {
+				b.result = Result{Class: NetworkFailure}
+				h.c.complete(b, h.now)
+			}
+			h.out = nil
+			h.c.drainReprocess(h.now)
+			return got
+		},
+		wantBatches: [][]string{{"a:1"}, {"b:2"}},
+		wantPending: []string{"a:1", "b:2", "c:3"},
+		wantStats:   Stats{Accepted: 3, Replayed: 2, Transient: 2},
+	}, {
+		name: "overridden by a newer pending task",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2))
+			got := h.assign()
+			h.offer(tk("a", 3))
+			h.complete(0, congestion)
+			return got
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"b:2", "a:3"},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 3, Replayed: 2, Congestion: 2, Overridden: 1},
+	}, {
+		name: "expired retry is dropped",
+		run: func(h *harness) [][]string {
+			h.offer(tkExp("a", 1, time.Second), tk("b", 2))
+			got := h.assign()
+			h.advance(time.Second)
+			h.complete(0, Result{Class: NetworkFailure})
+			return got
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"b:2"},
+		wantFates:   map[int]Fate{1: FateExpired},
+		wantStats:   Stats{Accepted: 2, Replayed: 2, Transient: 2, Expired: 1},
+	}, {
+		name: "retries dropped first when pending is full",
+		cfg:  func(c *Config[int]) { c.MaxBuffer, c.MaxBatch = 2, 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2))
+			got := h.assign()
+			h.offer(tk("c", 3), tk("d", 4))
+			h.complete(0, congestion)
+			return got
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"c:3", "d:4"},
+		wantFates:   map[int]Fate{1: FateOverflow, 2: FateOverflow},
+		wantStats:   Stats{Accepted: 4, Replayed: 2, Congestion: 2, Overflow: 2},
+	}, {
+		name: "retries fill pending, the rest overflow",
+		cfg:  func(c *Config[int]) { c.MaxBuffer, c.MaxBatch = 3, 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2))
+			got := h.assign()
+			h.offer(tk("c", 3), tk("d", 4))
+			h.complete(0, congestion)
+			return got
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"b:2", "c:3", "d:4"},
+		wantFates:   map[int]Fate{1: FateOverflow},
+		wantStats:   Stats{Accepted: 4, Replayed: 2, Congestion: 2, Overflow: 1},
+	}, {
+		name: "a retry keeps its age",
+		cfg:  func(c *Config[int]) { c.MaxBatchingDelay, c.CongestionRetryDelay = time.Second, 0 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(time.Second)
+			got := h.assign()
+			h.complete(0, congestion)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}, {"a:1"}},
+		wantStats:   Stats{Accepted: 1, Replayed: 1, Congestion: 1},
+	}} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func TestCoreAssign(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	for _, tc := range []ruleCase{{
+		name: "expired tasks dropped on the way",
+		run: func(h *harness) [][]string {
+			h.offer(tkExp("a", 1, time.Second), tk("b", 2), tkExp("c", 3, 2*time.Second))
+			h.advance(time.Second)
+			return h.assign()
+		},
+		wantBatches: [][]string{{"b:2", "c:3"}},
+		wantFates:   map[int]Fate{1: FateExpired},
+		wantStats:   Stats{Accepted: 3, Expired: 1},
+	}, {
+		name: "all expired gives no batch",
+		run: func(h *harness) [][]string {
+			h.offer(tkExp("a", 1, time.Second))
+			h.advance(time.Second)
+			got := h.assign()
+			h.offer(tk("b", 2))
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"b:2"}},
+		wantFates:   map[int]Fate{1: FateExpired},
+		wantStats:   Stats{Accepted: 2, Expired: 1},
+	}, {
+		name: "delay 0 sends any pending task at once",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			return h.assign()
+		},
+		wantBatches: [][]string{{"a:1"}},
+		wantStats:   Stats{Accepted: 1},
+	}, {
+		name: "due when a full batch is ready before the delay",
+		cfg:  func(c *Config[int]) { c.MaxBatch, c.MaxBatchingDelay = 2, delay },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			got := h.assign()
+			h.offer(tk("b", 2), tk("c", 3))
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"c:3"},
+		wantStats:   Stats{Accepted: 3},
+	}, {
+		name: "due when the oldest has waited the delay",
+		cfg:  func(c *Config[int]) { c.MaxBatchingDelay = delay },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(delay / 2)
+			h.offer(tk("b", 2))
+			h.advance(delay/2 - 1)
+			got := h.assign()
+			h.advance(1)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantStats:   Stats{Accepted: 2},
+	}, {
+		name: "batch capped at MaxBatch",
+		cfg:  func(c *Config[int]) { c.MaxBatch, c.Workers = 2, 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("c", 3))
+			return h.assign()
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}, {"c:3"}},
+		wantStats:   Stats{Accepted: 3},
+	}, {
+		name: "nothing handed out without an idle worker",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			got := h.assign()
+			h.offer(tk("b", 2))
+			got = append(got, h.assign()...)
+			h.ok(0)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}, {"b:2"}},
+		wantFates:   map[int]Fate{1: FateSucceeded},
+		wantStats:   Stats{Accepted: 2, Succeeded: 1},
+	}} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func TestCoreInFlightExclusion(t *testing.T) {
+	for _, tc := range []ruleCase{{
+		name: "a newer version waits in place until the batch completes",
+		cfg:  func(c *Config[int]) { c.Workers = 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			got := h.assign()
+			h.offer(tk("a", 2), tk("b", 3))
+			got = append(got, h.assign()...)
+			h.ok(0)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}, {"b:3"}, {"a:2"}},
+		wantFates:   map[int]Fate{1: FateSucceeded},
+		wantStats:   Stats{Accepted: 3, Succeeded: 1},
+	}, {
+		name: "one in process, at most one waiting",
+		cfg:  func(c *Config[int]) { c.Workers = 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			got := h.assign()
+			h.offer(tk("a", 2))
+			h.offer(tk("a", 3))
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}},
+		wantPending: []string{"a:3"},
+		wantFates:   map[int]Fate{2: FateOverridden},
+		wantStats:   Stats{Accepted: 3, Overridden: 1},
+	}, {
+		name: "a parked head does not hold back what follows",
+		cfg:  func(c *Config[int]) { c.Workers, c.MaxBatchingDelay = 2, time.Second },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(time.Second)
+			got := h.assign()
+			h.offer(tk("a", 2))
+			h.advance(time.Second)
+			h.offer(tk("b", 3))
+			got = append(got, h.assign()...)
+			h.advance(time.Second)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}, {"b:3"}},
+		wantPending: []string{"a:2"},
+		wantStats:   Stats{Accepted: 3},
+	}, {
+		name: "overflow may evict a parked task",
+		cfg:  func(c *Config[int]) { c.MaxBuffer, c.MaxBatch = 2, 1 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			got := h.assign()
+			h.offer(tk("a", 2), tk("b", 3), tk("c", 4))
+			return got
+		},
+		wantBatches: [][]string{{"a:1"}},
+		wantPending: []string{"b:3", "c:4"},
+		wantFates:   map[int]Fate{2: FateOverflow},
+		wantStats:   Stats{Accepted: 4, Overflow: 1},
+	}, {
+		name: "a failed batch yields to the waiting newer version",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			got := h.assign()
+			h.offer(tk("a", 2))
+			h.complete(0, Result{Class: NetworkFailure})
+			h.advance(time.Second)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}, {"a:2"}},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 2, Replayed: 1, Transient: 1, Overridden: 1},
+	}} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func TestCoreOutcomes(t *testing.T) {
+	items := func(o ...ItemOutcome) []ItemOutcome { return o }
+	for _, tc := range []struct {
+		name        string
+		result      Result
+		wantPending []string
+		wantFates   map[int]Fate
+		wantStats   Stats
+	}{{
+		name:      "ItemOK succeeds",
+		result:    Result{Items: items(ItemOK, ItemOK)},
+		wantFates: map[int]Fate{1: FateSucceeded, 2: FateSucceeded},
+		wantStats: Stats{Succeeded: 2},
+	}, {
+		name:      "ItemStale is done",
+		result:    Result{Items: items(ItemStale, ItemOK)},
+		wantFates: map[int]Fate{1: FateStale, 2: FateSucceeded},
+		wantStats: Stats{Stale: 1, Succeeded: 1},
+	}, {
+		name:        "ItemBusy is reprocessed",
+		result:      Result{Items: items(ItemOK, ItemBusy)},
+		wantPending: []string{"b:2"},
+		wantFates:   map[int]Fate{1: FateSucceeded},
+		wantStats:   Stats{Succeeded: 1, Congestion: 1, Replayed: 1},
+	}, {
+		name:      "ItemInvalid is dropped as permanent",
+		result:    Result{Items: items(ItemInvalid, ItemOK), Err: errors.New("bad")},
+		wantFates: map[int]Fate{1: FatePermanent, 2: FateSucceeded},
+		wantStats: Stats{Permanent: 1, Succeeded: 1},
+	}, {
+		name:      "an unknown item outcome is permanent",
+		result:    Result{Items: items(ItemOutcome(42), ItemOK)},
+		wantFates: map[int]Fate{1: FatePermanent, 2: FateSucceeded},
+		wantStats: Stats{Permanent: 1, Succeeded: 1},
+	}, {
+		name:      "Success with the wrong number of items is permanent",
+		result:    Result{Items: items(ItemOK)},
+		wantFates: map[int]Fate{1: FatePermanent, 2: FatePermanent},
+		wantStats: Stats{Permanent: 2},
+	}, {
+		name:        "Congestion reprocesses all",
+		result:      Result{Class: Congestion},
+		wantPending: []string{"a:1", "b:2"},
+		wantStats:   Stats{Congestion: 2, Replayed: 2},
+	}, {
+		name:        "NetworkFailure reprocesses all",
+		result:      Result{Class: NetworkFailure},
+		wantPending: []string{"a:1", "b:2"},
+		wantStats:   Stats{Transient: 2, Replayed: 2},
+	}, {
+		name:      "Permanent drops all",
+		result:    Result{Class: Permanent, Err: errors.New("denied")},
+		wantFates: map[int]Fate{1: FatePermanent, 2: FatePermanent},
+		wantStats: Stats{Permanent: 2},
+	}, {
+		name:      "an unknown class is permanent",
+		result:    Result{Class: Class(42)},
+		wantFates: map[int]Fate{1: FatePermanent, 2: FatePermanent},
+		wantStats: Stats{Permanent: 2},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ruleCase{
+				run: func(h *harness) [][]string {
+					h.offer(tk("a", 1), tk("b", 2))
+					got := h.assign()
+					h.complete(0, tc.result)
+					return got
+				},
+				wantBatches: [][]string{{"a:1", "b:2"}},
+				wantPending: tc.wantPending,
+				wantFates:   tc.wantFates,
+				wantStats:   Stats{Accepted: 2}.add(tc.wantStats),
+			}.test(t)
+		})
+	}
+}
+
+// add sums the counters of s and o.
+func (s Stats) add(o Stats) Stats {
+	s.Accepted += o.Accepted
+	s.Overridden += o.Overridden
+	s.Overflow += o.Overflow
+	s.Expired += o.Expired
+	s.Replayed += o.Replayed
+	s.Succeeded += o.Succeeded
+	s.Congestion += o.Congestion
+	s.Transient += o.Transient
+	s.Permanent += o.Permanent
+	s.Stale += o.Stale
+	return s
+}
+
+// fakeGate holds dispatch until until.
+type fakeGate struct{ until time.Time }
+
+func (g *fakeGate) Hold(now time.Time) time.Duration { return max(g.until.Sub(now), 0) }
+
+func TestCoreShaperPauses(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name string
+		// fail completes the first batch at t0, maybe advances, fails another.
+		fail     func(h *harness)
+		gate     time.Duration // the gate holds until t0+gate
+		wantHold time.Duration // no batch before t0+wantHold, one at it
+	}{
+		{"congestion pauses CongestionRetryDelay", func(h *harness) { h.complete(0, Result{Class: Congestion}) }, 0, 100 * ms},
+		{"network failure pauses NetworkFailureRetryDelay", func(h *harness) { h.complete(0, Result{Class: NetworkFailure}) }, 0, time.Second},
+		{"ItemBusy pauses like congestion", func(h *harness) { h.complete(0, Result{Items: []ItemOutcome{ItemBusy}}) }, 0, 100 * ms},
+		{"ItemStale does not pause", func(h *harness) { h.complete(0, Result{Items: []ItemOutcome{ItemStale}}) }, 0, 0},
+		{"Permanent does not pause", func(h *harness) { h.complete(0, Result{Class: Permanent}) }, 0, 0},
+		{"the longer of both pauses wins", func(h *harness) {
+			h.complete(0, Result{Class: NetworkFailure})
+			h.advance(50 * ms)
+			h.complete(0, Result{Class: Congestion})
+			h.now = t0
+		}, 0, time.Second},
+		{"a later congestion extends past the network pause", func(h *harness) {
+			h.complete(0, Result{Class: NetworkFailure})
+			h.advance(950 * ms)
+			h.complete(0, Result{Class: Congestion})
+			h.now = t0
+		}, 0, 1050 * ms},
+		{"the gate holds longer than the shaper", func(h *harness) { h.complete(0, Result{Class: Congestion}) }, 300 * ms, 300 * ms},
+		{"the shaper holds longer than the gate", func(h *harness) { h.complete(0, Result{Class: Congestion}) }, 30 * ms, 100 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := &fakeGate{}
+			h := newHarness(t, func(c *Config[int]) { c.Workers, c.MaxBatch, c.Gate = 2, 1, gate })
+			h.offer(tk("x", 1), tk("y", 2))
+			h.assign()
+			gate.until = t0.Add(tc.gate)
+			tc.fail(h)
+			h.offer(tk("z", 3))
+			if tc.wantHold > 0 {
+				h.now = t0.Add(tc.wantHold - 1)
+				if d, ok := h.c.nextWake(h.now); !ok || d != 1 {
+					t.Errorf("nextWake 1ns before the end = %v, %v; want 1ns, true", d, ok)
+				}
+				if got := h.assign(); len(got) != 0 {
+					t.Fatalf("assigned %q during the pause", got)
+				}
+			}
+			h.now = t0.Add(tc.wantHold)
+			if got := h.assign(); len(got) == 0 {
+				t.Fatalf("nothing assigned at the end of the pause")
+			}
+		})
+	}
+}
+
+func TestCoreNextWake(t *testing.T) {
+	const delay = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		cfg    func(*Config[int])
+		run    func(h *harness)
+		wantD  time.Duration
+		wantOK bool
+	}{
+		{"empty", nil, func(h *harness) {}, 0, false},
+		{"no idle worker", nil, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.assign()
+			h.offer(tk("b", 2))
+		}, 0, false},
+		{"only parked tasks", func(c *Config[int]) { c.Workers = 2 }, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.assign()
+			h.offer(tk("a", 2))
+		}, 0, false},
+		{"the head becomes due", func(c *Config[int]) { c.MaxBatchingDelay = delay }, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.advance(30 * time.Millisecond)
+		}, 70 * time.Millisecond, true},
+		{"the pause ends", nil, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.assign()
+			h.complete(0, Result{Class: Congestion})
+			h.advance(40 * time.Millisecond)
+		}, 60 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.cfg)
+			tc.run(h)
+			h.assign()
+			d, ok := h.c.nextWake(h.now)
+			if d != tc.wantD || ok != tc.wantOK {
+				t.Errorf("nextWake = %v, %v; want %v, %v", d, ok, tc.wantD, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestTransmissionDelay(t *testing.T) {
+	const (
+		cong = 100 * time.Millisecond
+		net  = time.Second
+	)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var never time.Time
+	for _, tc := range []struct {
+		name              string
+		now               time.Time
+		lastCong, lastNet time.Time
+		want              time.Duration
+	}{
+		{"no failure", at(0), never, never, 0},
+		{"just congested", at(0), at(0), never, cong},
+		{"congestion half over", at(60 * time.Millisecond), at(10 * time.Millisecond), never, 50 * time.Millisecond},
+		{"congestion over", at(cong), at(0), never, 0},
+		{"long after congestion", at(time.Hour), at(0), never, 0},
+		{"just failed", at(0), never, at(0), net},
+		{"network pause nearly over", at(999 * time.Millisecond), never, at(0), time.Millisecond},
+		{"network pause over", at(net), never, at(0), 0},
+		{"both: network longer", at(10 * time.Millisecond), at(10 * time.Millisecond), at(0), 990 * time.Millisecond},
+		{"both: congestion longer", at(950 * time.Millisecond), at(900 * time.Millisecond), at(0), 50 * time.Millisecond},
+		{"clock stepped back stays bounded", at(0), at(time.Hour), at(time.Hour), net},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := transmissionDelay(tc.now, tc.lastCong, cong, tc.lastNet, net); got != tc.want {
+				t.Errorf("transmissionDelay = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCoreStats walks one scenario and checks every counter and gauge after each
+// step.
+func TestCoreStats(t *testing.T) {
+	h := newHarness(t, func(c *Config[int]) {
+		c.MaxBuffer, c.MaxBatch, c.Workers, c.CongestionRetryDelay = 3, 2, 2, 0
+	})
+	steps := []struct {
+		name string
+		do   func()
+		want Stats
+	}{
+		{"start", func() {}, Stats{IdleWorkers: 2}},
+		{"offer with an override and an overflow",
+			func() { h.offer(tk("a", 1), tk("b", 2), tk("a", 3), tk("c", 4), tk("d", 5)) },
+			Stats{Accepted: 5, Overridden: 1, Overflow: 1, Pending: 3, IdleWorkers: 2}},
+		{"assign two batches", func() { h.assign() },
+			Stats{Accepted: 5, Overridden: 1, Overflow: 1, InFlight: 3}},
+		{"first batch: ok and stale", func() { h.complete(0, Result{Items: []ItemOutcome{ItemOK, ItemStale}}) },
+			Stats{Accepted: 5, Overridden: 1, Overflow: 1, Succeeded: 1, Stale: 1, InFlight: 1, IdleWorkers: 1}},
+		{"second batch congested, retry queued", func() {
+			b := h.out[0]
+			h.out = h.out[1:]
+			b.result = Result{Class: Congestion}
+			h.c.complete(b, h.now)
+		}, Stats{Accepted: 5, Overridden: 1, Overflow: 1, Succeeded: 1, Stale: 1, Congestion: 1, Replayed: 1,
+			ReprocessQueue: 1, IdleWorkers: 2}},
+		{"retry drained", func() { h.c.drainReprocess(h.now) },
+			Stats{Accepted: 5, Overridden: 1, Overflow: 1, Succeeded: 1, Stale: 1, Congestion: 1, Replayed: 1,
+				Pending: 1, IdleWorkers: 2}},
+		{"network failure then invalid", func() {
+			h.assign()
+			h.complete(0, Result{Class: NetworkFailure})
+			h.advance(time.Second)
+			h.offer(tkExp("e", 6, 0))
+			h.assign()
+			h.complete(0, Result{Items: []ItemOutcome{ItemInvalid}})
+		}, Stats{Accepted: 6, Overridden: 1, Overflow: 1, Succeeded: 1, Stale: 1, Congestion: 1, Replayed: 2,
+			Transient: 1, Expired: 1, Permanent: 1, IdleWorkers: 2}},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := h.c.stats(); got != s.want {
+			t.Fatalf("after %q:\n got %+v\nwant %+v", s.name, got, s.want)
+		}
+	}
+}
+
+func TestCoreStop(t *testing.T) {
+	h := newHarness(t, func(c *Config[int]) { c.MaxBatch, c.Workers = 1, 3 })
+	h.offer(tk("a", 1), tk("b", 2), tk("c", 3), tk("d", 4))
+	h.assign() // a, b, c in flight
+	h.out[0].result = Result{Class: Congestion}
+	h.c.complete(h.out[0], h.now) // a waits in the reprocess queue
+	h.out[1].result = Result{Items: []ItemOutcome{ItemOK}}
+	h.c.complete(h.out[1], h.now) // b succeeded
+	h.c.abort(h.out[2])           // c never sent
+	h.c.stopTasks([]Task[int]{tk("e", 5)})
+	h.c.stopAll()
+	h.check()
+	want := fateLog{1: {FateStopped}, 2: {FateSucceeded}, 3: {FateStopped}, 4: {FateStopped}, 5: {FateStopped}}
+	for val, f := range want {
+		if !slices.Equal(h.fates[val], f) {
+			t.Errorf("fates of %d = %v, want %v", val, h.fates[val], f)
+		}
+	}
+	if s := h.c.stats(); s.Accepted != 5 || s.Pending != 0 || s.InFlight != 0 || s.ReprocessQueue != 0 || s.IdleWorkers != 3 {
+		t.Errorf("stats after stop = %+v", s)
+	}
+	if !h.c.empty() {
+		t.Error("core not empty after stop")
+	}
+}
+
+func TestCoreOnFinalNil(t *testing.T) {
+	cfg := testConfig(nil)
+	c := newCore(&cfg) // OnFinal nil
+	c.accept([]Task[int]{tk("a", 1), tk("a", 2)}, t0)
+	b, _ := c.assign(t0)
+	b.result = Result{Class: Permanent}
+	c.complete(b, t0)
+	if s := c.stats(); s.Overridden != 1 || s.Permanent != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}

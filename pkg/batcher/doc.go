@@ -1,0 +1,119 @@
+/*
+Package batcher is the per-peer acceptor/worker batcher of fanout (SPEC §4 and §5):
+Eureka's TaskDispatcher, AcceptorExecutor and TrafficShaper (seeds 000 and 002),
+rebuilt around one goroutine that owns all the state, with a few changes of ours.
+
+There is one Batcher per peer. It never imports gRPC: what a batch is sent with,
+and what a failure means, is the Processor's business. A bad peer fills and drops
+its own batcher only; the others never notice (Eureka's bulkhead).
+
+# The API
+
+	b, err := batcher.New(cfg, processor) // starts the acceptor and cfg.Workers workers
+	err = b.Offer(ctx, tasks)             // one Submit's events for this peer
+	s := b.Stats()                        // counters and gauges, from any goroutine
+	err = b.Drain(ctx)                    // wait until everything has left
+	b.Close()                             // stop; what is left ends as FateStopped
+
+# The life of a task
+
+Follow one event, task_id "register#ORDERS/i-17", from Submit to its fate.
+
+1. Offer. The dispatcher calls Offer once per peer with the same []Task slice: one
+channel send per Submit, however many events it carries. The send goes to the
+acceptor queue, a channel of Config.AcceptorQueue offers. While it is full, Offer
+blocks (back pressure onto Submit) until ctx ends or Close is called. The batcher
+never writes to the slice, so every peer's batcher can share it.
+
+2. The acceptor. One goroutine owns everything below: pending, the processing
+order, the in-flight marks, the reprocess queue, the idle-worker count and the
+traffic shaper. It sleeps in a select on the acceptor queue, the workers'
+completions, Drain requests and one timer, and after each event runs one step:
+
+  - Step 1: drain the reprocess queue (see 6).
+  - Step 2: drain the acceptor queue. Our task goes into pending, a map from
+    task_id to a holder plus the processing order, an intrusive list with the oldest
+    at the head. If "register#ORDERS/i-17" is already waiting, the new event replaces
+    the old one in place (the old one's fate is FateOverridden); it keeps the old
+    one's place and age. If pending holds MaxBuffer tasks, the head (the oldest) is
+    evicted as FateOverflow to make room: the newest state wins.
+  - Step 3: ask the traffic shaper and the optional Gate (the circuit breaker)
+    whether to hold; if so, assign nothing and set the timer for the end of the hold.
+  - Step 4: while a worker is idle and a batch is due, pop up to MaxBatch holders
+    from the head and hand them to that worker. A batch is due when MaxBatch tasks
+    are ready or the oldest ready one has waited MaxBatchingDelay. Expired tasks are
+    dropped on the way (FateExpired). If nothing is due yet, the timer is set for
+    when the head will be.
+
+The acceptor hands out work only to a worker that is idle (lazy dispatch), so the
+batch channel never fills and a task waits in pending, where it can still be
+coalesced, rather than in a queue behind a busy worker.
+
+3. In flight. Our task is now in a batch, and its task_id is marked in flight.
+If a newer "register#ORDERS/i-17" arrives meanwhile, it waits in pending, parked:
+it keeps its place but is not handed to another worker until this batch completes
+(one in process, at most one waiting; seed 004). So the peer never receives an
+older version after a newer one.
+
+4. The worker calls Processor.Process(ctx, batch) with the batcher's context; the
+Processor sets its own deadline. A panic in Process is recovered and the batch
+counts as Permanent. The worker reports the Result to the acceptor and waits for
+its next batch. Workers never die.
+
+5. The result, applied by the acceptor, which first clears the in-flight marks
+(unparking any newer version):
+
+  - Success: per item, ItemOK ends as FateSucceeded and ItemStale (the peer had this
+    version or newer) as FateStale. ItemBusy goes to the reprocess queue and pauses
+    the peer for CongestionRetryDelay. ItemInvalid ends as FatePermanent.
+  - Congestion: the whole batch goes to the reprocess queue; pause CongestionRetryDelay.
+  - NetworkFailure: the whole batch goes to the reprocess queue; pause
+    NetworkFailureRetryDelay.
+  - Permanent (or a Success with the wrong number of items): every task ends as
+    FatePermanent, logged at a limited rate.
+
+6. Reprocess. At step 1 of the same round, handed-back tasks go back to the
+front of the processing order, in the order they were sent, while pending has
+room. A retry that expired ends as FateExpired; one whose task_id has a newer task
+waiting ends as FateOverridden. Once pending is full, the remaining retries end as
+FateOverflow: retries are dropped before new tasks. The shaper holds dispatch until
+the pause has passed since the last failure (the longer pause wins when both
+apply), and then our task goes out again in the next batch.
+
+OnFinal, if set, is called exactly once per task with its fate. Stats counts the
+same events; the gauges show the acceptor queue, reprocess queue, pending, in
+flight and idle workers.
+
+# Stopping
+
+Drain waits, without polling, until the acceptor queue, the reprocess queue,
+pending and in flight are all empty: the acceptor answers when it sees them empty.
+A sidecar calls it on SIGTERM with its shutdown timeout. Close cancels the
+context every Process call got, waits for the acceptor and every worker, applies
+the results that came back, and ends everything else as FateStopped. It is
+idempotent; Offer afterwards returns ErrStopped.
+
+# How we differ from Eureka
+
+  - MaxBatchingDelay defaults to 0, not 500ms: an idle worker sends at once, and
+    under load batches grow by themselves because the workers are busy.
+  - In-flight exclusion: Eureka's 20 parallel workers can deliver two versions of
+    one task_id out of order; ours cannot.
+  - Workers never die; Eureka's die on an unexpected exception (issue #1497).
+  - The retry delays are the seed's: 100ms after congestion and 1s after a network
+    failure. Eureka's code passes them the other way round. And the shaper honours
+    both pauses, where Eureka looks at the network pause only once the congestion
+    pause is over.
+  - No polling: the acceptor sleeps on channels and one timer instead of waking
+    every 10ms, and there is no single-item work queue.
+  - The age that MaxBatchingDelay measures is the slot's, kept across overrides and
+    retries, so a hot task_id at the head cannot postpone a batch forever.
+
+# Testing
+
+The acceptor's rules live in an unexported core type that starts no goroutine and
+reads no clock: tests call accept, drainReprocess, assign, complete and nextWake
+with an explicit time, compare it step by step against a naive reference model,
+and fuzz it. The goroutines around it are thin.
+*/
+package batcher

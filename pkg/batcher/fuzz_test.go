@@ -1,0 +1,157 @@
+package batcher
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// fuzzReader hands out the fuzz bytes one at a time, then zeros.
+type fuzzReader struct{ data []byte }
+
+func (r *fuzzReader) next() int {
+	if len(r.data) == 0 {
+		return 0
+	}
+	b := r.data[0]
+	r.data = r.data[1:]
+	return int(b)
+}
+
+func (r *fuzzReader) done() bool { return len(r.data) == 0 }
+
+// FuzzBatcher decodes the input into a configuration and a sequence of operations
+// on the core, and checks the invariants after each one: pending within MaxBuffer,
+// no ID pending twice, no in-flight ID handed out again, and in the end exactly one
+// fate for every task.
+func FuzzBatcher(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{3, 2, 1, 0, 0, 3, 1, 2, 3, 1, 2, 0, 2, 0, 0, 2, 1, 1})
+	f.Add([]byte{1, 0, 2, 1, 0, 4, 0, 0, 0, 0, 0, 1, 0, 2, 2, 1, 3, 9, 1, 0, 3})
+	f.Add([]byte{7, 3, 3, 0, 8, 0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 5, 3, 40, 0, 2, 2, 2, 1, 2, 0, 4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := &fuzzReader{data: data}
+		buffer := 1 + r.next()%8
+		batchSize := 1 + r.next()%buffer
+		workers := 1 + r.next()%4
+		delay := time.Duration(r.next()%3) * 20 * time.Millisecond
+		h := newHarness(t, func(c *Config[int]) {
+			c.MaxBuffer, c.MaxBatch, c.Workers, c.MaxBatchingDelay = buffer, batchSize, workers, delay
+		})
+		fz := &fuzzRun{h: h, r: r, outIDs: map[string]bool{}}
+		for step := 0; !r.done() && step < 10000; step++ {
+			fz.step()
+		}
+		fz.finish()
+	})
+}
+
+// fuzzRun is one fuzz input being played against a harness.
+type fuzzRun struct {
+	h      *harness
+	r      *fuzzReader
+	serial int             // values handed out so far, 1..serial
+	outIDs map[string]bool // IDs of the outstanding batches
+}
+
+func (fz *fuzzRun) step() {
+	switch fz.r.next() % 4 {
+	case 0:
+		fz.offer()
+	case 1:
+		fz.assign()
+	case 2:
+		fz.complete()
+	default:
+		fz.h.advance(time.Duration(fz.r.next()) * 5 * time.Millisecond)
+	}
+}
+
+func (fz *fuzzRun) offer() {
+	tasks := make([]Task[int], 1+fz.r.next()%5)
+	for i := range tasks {
+		fz.serial++
+		b := fz.r.next()
+		tasks[i] = Task[int]{ID: fmt.Sprintf("t%d", b%12), Value: fz.serial}
+		if b >= 200 {
+			tasks[i].Expires = fz.h.now.Add(time.Duration(b-200) * 5 * time.Millisecond)
+		}
+	}
+	fz.h.offer(tasks...)
+}
+
+func (fz *fuzzRun) assign() {
+	before := len(fz.h.out)
+	fz.h.assign()
+	for _, b := range fz.h.out[before:] {
+		if len(b.tasks) == 0 || len(b.tasks) > fz.h.c.maxBatch {
+			fz.h.tb.Fatalf("batch of %d tasks, MaxBatch %d", len(b.tasks), fz.h.c.maxBatch)
+		}
+		for _, t := range b.tasks {
+			if fz.outIDs[t.ID] {
+				fz.h.tb.Fatalf("%q handed out while already in flight", t.ID)
+			}
+			fz.outIDs[t.ID] = true
+		}
+	}
+}
+
+func (fz *fuzzRun) complete() {
+	if len(fz.h.out) == 0 {
+		return
+	}
+	i := fz.r.next() % len(fz.h.out)
+	b := fz.h.out[i]
+	for _, t := range b.tasks {
+		delete(fz.outIDs, t.ID)
+	}
+	var res Result
+	switch k := fz.r.next(); k % 5 {
+	case 0, 1:
+		res.Class = Class(k % 5)
+	case 2:
+		res.Class = NetworkFailure
+	case 3:
+		res.Class = Permanent
+	default:
+		res.Items = make([]ItemOutcome, len(b.tasks))
+		for j := range res.Items {
+			res.Items[j] = ItemOutcome(fz.r.next() % 4)
+		}
+	}
+	fz.h.complete(i, res)
+}
+
+// finish stops everything as Close does and checks that every task has exactly one
+// fate and the counters add up.
+func (fz *fuzzRun) finish() {
+	h := fz.h
+	for _, b := range h.out {
+		h.c.abort(b)
+	}
+	h.out = nil
+	h.c.stopAll()
+	h.check()
+	for v := 1; v <= fz.serial; v++ {
+		if len(h.fates[v]) != 1 {
+			h.tb.Fatalf("task %d has fates %v, want exactly one", v, h.fates[v])
+		}
+	}
+	if len(h.fates) != fz.serial {
+		h.tb.Fatalf("%d tasks have fates, %d were offered", len(h.fates), fz.serial)
+	}
+	s := h.c.stats()
+	if s.Accepted != uint64(fz.serial) || s.Pending != 0 || s.InFlight != 0 || s.ReprocessQueue != 0 {
+		h.tb.Fatalf("stats after stop: %+v", s)
+	}
+	stopped := 0
+	for _, f := range h.fates {
+		if f[0] == FateStopped {
+			stopped++
+		}
+	}
+	ended := s.Overridden + s.Overflow + s.Expired + s.Succeeded + s.Stale + s.Permanent + uint64(stopped)
+	if ended != s.Accepted {
+		h.tb.Fatalf("fates add up to %d, accepted %d: %+v", ended, s.Accepted, s)
+	}
+}

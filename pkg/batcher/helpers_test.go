@@ -1,0 +1,183 @@
+package batcher
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// t0 is the fake clock's epoch.
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// tk builds a task whose Value tells the tests apart.
+func tk(id string, val int) Task[int] { return Task[int]{ID: id, Value: val} }
+
+// tkExp builds a task that expires at t0+exp.
+func tkExp(id string, val int, exp time.Duration) Task[int] {
+	return Task[int]{ID: id, Value: val, Expires: t0.Add(exp)}
+}
+
+// fateLog records OnFinal calls by task value.
+type fateLog map[int][]Fate
+
+func (f fateLog) record(t *Task[int], fate Fate) { f[t.Value] = append(f[t.Value], fate) }
+
+// only returns the single fate of val, or -1 if it has none or several.
+func (f fateLog) only(val int) Fate {
+	if len(f[val]) != 1 {
+		return -1
+	}
+	return f[val][0]
+}
+
+// testConfig is a small configuration for core tests; mod adjusts it.
+func testConfig(mod func(*Config[int])) Config[int] {
+	cfg := DefaultConfig[int]()
+	cfg.MaxBuffer, cfg.MaxBatch, cfg.Workers = 10, 10, 1
+	if mod != nil {
+		mod(&cfg)
+	}
+	return cfg
+}
+
+// harness drives a core by hand with a fake clock, the way the acceptor does.
+type harness struct {
+	tb    testing.TB
+	c     *core[int]
+	fates fateLog
+	calls int // OnFinal calls
+	now   time.Time
+	out   []*batch[int] // batches handed out and not yet completed, oldest first
+}
+
+func newHarness(tb testing.TB, mod func(*Config[int])) *harness {
+	cfg := testConfig(mod)
+	if err := cfg.validate(); err != nil {
+		tb.Fatal(err)
+	}
+	h := &harness{tb: tb, fates: fateLog{}, now: t0}
+	cfg.OnFinal = func(t *Task[int], f Fate) {
+		h.calls++
+		h.fates.record(t, f)
+	}
+	h.c = newCore(&cfg)
+	return h
+}
+
+// offer runs one acceptor step for an Offer of tasks (retries first, then the
+// offer) and checks the core's invariants.
+func (h *harness) offer(tasks ...Task[int]) {
+	h.c.drainReprocess(h.now)
+	h.c.accept(tasks, h.now)
+	h.check()
+}
+
+// assign hands out every batch that is due and returns them as "id:val" lists.
+func (h *harness) assign() [][]string {
+	var got [][]string
+	for {
+		b, ok := h.c.assign(h.now)
+		if !ok {
+			break
+		}
+		h.out = append(h.out, b)
+		got = append(got, taskStrings(b.tasks))
+	}
+	h.check()
+	return got
+}
+
+// complete completes the i-th outstanding batch with r and drains the retries, as
+// the acceptor does when a worker reports.
+func (h *harness) complete(i int, r Result) {
+	b := h.out[i]
+	h.out = slices.Delete(h.out, i, i+1)
+	b.result = r
+	h.c.complete(b, h.now)
+	h.c.drainReprocess(h.now)
+	h.check()
+}
+
+// ok completes the i-th outstanding batch with every item OK.
+func (h *harness) ok(i int) {
+	h.complete(i, Result{Class: Success, Items: make([]ItemOutcome, len(h.out[i].tasks))})
+}
+
+func (h *harness) advance(d time.Duration) { h.now = h.now.Add(d) }
+
+// pending lists pending as "id:val" in processing order.
+func (h *harness) pending() []string {
+	var got []string
+	for x := h.c.order.head; x != nil; x = x.next {
+		got = append(got, fmt.Sprintf("%s:%d", x.task.ID, x.task.Value))
+	}
+	return got
+}
+
+func (h *harness) check() {
+	h.tb.Helper()
+	if err := checkCore(h.c); err != nil {
+		h.tb.Fatal(err)
+	}
+}
+
+func taskStrings(tasks []Task[int]) []string {
+	s := make([]string, len(tasks))
+	for i, t := range tasks {
+		s[i] = fmt.Sprintf("%s:%d", t.ID, t.Value)
+	}
+	return s
+}
+
+// checkCore verifies the core's invariants.
+func checkCore[T any](c *core[T]) error {
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	n, parked := 0, 0
+	var prev *holder[T]
+	for h := c.order.head; h != nil; prev, h = h, h.next {
+		n++
+		if h.prev != prev {
+			fail("%q: prev link broken", h.task.ID)
+		}
+		if !h.waiting || c.ids[h.task.ID] != h {
+			fail("%q: in order but waiting=%v, ids has %p", h.task.ID, h.waiting, c.ids[h.task.ID])
+		}
+		if h.flying {
+			parked++
+		}
+	}
+	if c.order.tail != prev {
+		fail("tail is not the last holder")
+	}
+	if n != c.order.n || n > c.maxBuffer {
+		fail("order has %d, order.n %d, MaxBuffer %d", n, c.order.n, c.maxBuffer)
+	}
+	if parked != c.parked {
+		fail("parked: counted %d, core says %d", parked, c.parked)
+	}
+	waiting, flying := 0, 0
+	for id, h := range c.ids {
+		if id != h.task.ID || !h.waiting && !h.flying {
+			fail("ids[%q] holds %q, waiting=%v flying=%v", id, h.task.ID, h.waiting, h.flying)
+		}
+		if h.waiting {
+			waiting++
+		}
+		if h.flying {
+			flying++
+		}
+	}
+	if waiting != n || flying != c.flying {
+		fail("ids: %d waiting, %d flying; order %d, core says %d flying", waiting, flying, n, c.flying)
+	}
+	if c.idle < 0 {
+		fail("idle %d < 0", c.idle)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("core invariants: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}

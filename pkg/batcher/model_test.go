@@ -1,0 +1,323 @@
+package batcher
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// refModel is a naive, slice-based reading of SPEC §4 and §5, written without
+// looking at core: linear scans everywhere, no recycling, no cleverness. The model
+// test runs both on the same random operations and compares them after each one.
+type refModel struct {
+	cfg       Config[int]
+	pending   []Task[int]  // processing order, oldest first
+	arrived   []time.Time  // arrived[i] belongs to pending[i]
+	inflight  []string     // IDs handed out and not completed
+	reprocess []Task[int]  // handed back, in the order they came back
+	reArrived []time.Time  // arrived of reprocess[i]
+	idle      int          // workers without a batch
+	lastCong  time.Time    // zero: never
+	lastNet   time.Time    // zero: never
+	st        Stats        // counters
+	fates     map[int]Fate // by task value
+	calls     int          // fates given
+	touched   []int        // values given a fate since the last compare
+	out       []refBatch   // batches handed out, in the order they were handed out
+}
+
+type refBatch struct {
+	tasks   []Task[int]
+	arrived []time.Time
+}
+
+func newRefModel(cfg Config[int]) *refModel {
+	return &refModel{cfg: cfg, idle: cfg.Workers, fates: map[int]Fate{}}
+}
+
+func (m *refModel) fate(t Task[int], f Fate) {
+	m.fates[t.Value] = f
+	m.calls++
+	m.touched = append(m.touched, t.Value)
+}
+
+func (m *refModel) index(id string) int {
+	return slices.IndexFunc(m.pending, func(t Task[int]) bool { return t.ID == id })
+}
+
+func (m *refModel) flying(id string) bool { return slices.Contains(m.inflight, id) }
+
+func (m *refModel) isExpired(t Task[int], now time.Time) bool {
+	return !t.Expires.IsZero() && !now.Before(t.Expires)
+}
+
+func (m *refModel) accept(tasks []Task[int], now time.Time) {
+	for _, t := range tasks {
+		m.st.Accepted++
+		if i := m.index(t.ID); i >= 0 {
+			m.st.Overridden++
+			m.fate(m.pending[i], FateOverridden)
+			m.pending[i] = t
+			continue
+		}
+		if len(m.pending) == m.cfg.MaxBuffer {
+			m.st.Overflow++
+			m.fate(m.pending[0], FateOverflow)
+			m.pending, m.arrived = m.pending[1:], m.arrived[1:]
+		}
+		m.pending = append(m.pending, t)
+		m.arrived = append(m.arrived, now)
+	}
+}
+
+func (m *refModel) drainReprocess(now time.Time) {
+	for len(m.reprocess) > 0 && len(m.pending) < m.cfg.MaxBuffer {
+		last := len(m.reprocess) - 1
+		t, at := m.reprocess[last], m.reArrived[last]
+		m.reprocess, m.reArrived = m.reprocess[:last], m.reArrived[:last]
+		switch {
+		case m.isExpired(t, now):
+			m.st.Expired++
+			m.fate(t, FateExpired)
+		case m.index(t.ID) >= 0:
+			m.st.Overridden++
+			m.fate(t, FateOverridden)
+		default:
+			m.pending = append([]Task[int]{t}, m.pending...)
+			m.arrived = append([]time.Time{at}, m.arrived...)
+		}
+	}
+	for _, t := range m.reprocess {
+		m.st.Overflow++
+		m.fate(t, FateOverflow)
+	}
+	m.reprocess, m.reArrived = nil, nil
+}
+
+func (m *refModel) paused(now time.Time) bool {
+	c := !m.lastCong.IsZero() && now.Before(m.lastCong.Add(m.cfg.CongestionRetryDelay))
+	n := !m.lastNet.IsZero() && now.Before(m.lastNet.Add(m.cfg.NetworkFailureRetryDelay))
+	return c || n
+}
+
+func (m *refModel) due(now time.Time) bool {
+	var ready []time.Time
+	for i, t := range m.pending {
+		if !m.flying(t.ID) {
+			ready = append(ready, m.arrived[i])
+		}
+	}
+	if len(ready) == 0 {
+		return false
+	}
+	return len(ready) >= m.cfg.MaxBatch || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay
+}
+
+// assign returns the next batch, or nil.
+func (m *refModel) assign(now time.Time) *refBatch {
+	for m.idle > 0 && !m.paused(now) && m.due(now) {
+		var b refBatch
+		var keepT []Task[int]
+		var keepA []time.Time
+		for i, t := range m.pending {
+			switch {
+			case len(b.tasks) == m.cfg.MaxBatch || m.flying(t.ID):
+				keepT, keepA = append(keepT, t), append(keepA, m.arrived[i])
+			case m.isExpired(t, now):
+				m.st.Expired++
+				m.fate(t, FateExpired)
+			default:
+				b.tasks, b.arrived = append(b.tasks, t), append(b.arrived, m.arrived[i])
+			}
+		}
+		m.pending, m.arrived = keepT, keepA
+		if len(b.tasks) > 0 {
+			m.idle--
+			for _, t := range b.tasks {
+				m.inflight = append(m.inflight, t.ID)
+			}
+			m.out = append(m.out, b)
+			return &m.out[len(m.out)-1]
+		}
+	}
+	return nil
+}
+
+func (m *refModel) complete(i int, r Result, now time.Time) {
+	b := m.out[i]
+	m.out = slices.Delete(m.out, i, i+1)
+	m.idle++
+	for _, t := range b.tasks {
+		m.inflight = slices.DeleteFunc(m.inflight, func(id string) bool { return id == t.ID })
+	}
+	retry := func(j int) {
+		m.st.Replayed++
+		m.reprocess = append(m.reprocess, b.tasks[j])
+		m.reArrived = append(m.reArrived, b.arrived[j])
+	}
+	switch {
+	case r.Class == Success && len(r.Items) == len(b.tasks):
+		for j, o := range r.Items {
+			switch o {
+			case ItemOK:
+				m.st.Succeeded++
+				m.fate(b.tasks[j], FateSucceeded)
+			case ItemStale:
+				m.st.Stale++
+				m.fate(b.tasks[j], FateStale)
+			case ItemBusy:
+				m.st.Congestion++
+				m.lastCong = now
+				retry(j)
+			default:
+				m.st.Permanent++
+				m.fate(b.tasks[j], FatePermanent)
+			}
+		}
+	case r.Class == Congestion:
+		m.st.Congestion += uint64(len(b.tasks))
+		m.lastCong = now
+		for j := range b.tasks {
+			retry(j)
+		}
+	case r.Class == NetworkFailure:
+		m.st.Transient += uint64(len(b.tasks))
+		m.lastNet = now
+		for j := range b.tasks {
+			retry(j)
+		}
+	default:
+		for _, t := range b.tasks {
+			m.st.Permanent++
+			m.fate(t, FatePermanent)
+		}
+	}
+}
+
+func (m *refModel) stats() Stats {
+	s := m.st
+	s.Pending = uint64(len(m.pending))
+	s.InFlight = uint64(len(m.inflight))
+	s.ReprocessQueue = uint64(len(m.reprocess))
+	s.IdleWorkers = uint64(m.idle)
+	return s
+}
+
+func (m *refModel) pendingStrings() []string {
+	if len(m.pending) == 0 {
+		return nil
+	}
+	return taskStrings(m.pending)
+}
+
+// randomResult draws a result for a batch of n tasks.
+func randomResult(rng *rand.Rand, n int) Result {
+	switch rng.IntN(6) {
+	case 0:
+		return Result{Class: Congestion}
+	case 1:
+		return Result{Class: NetworkFailure}
+	case 2:
+		return Result{Class: Permanent}
+	case 3:
+		return Result{Class: Success, Items: make([]ItemOutcome, n+1)} // wrong length
+	default:
+		items := make([]ItemOutcome, n)
+		for i := range items {
+			items[i] = ItemOutcome(rng.IntN(5)) // 4 is not an outcome: permanent
+		}
+		return Result{Class: Success, Items: items}
+	}
+}
+
+func TestCoreMatchesModel(t *testing.T) {
+	for _, mc := range []struct {
+		buffer, batch, workers int
+		delay                  time.Duration
+	}{
+		{4, 1, 1, 0},
+		{5, 2, 2, 0},
+		{8, 3, 3, 0},
+		{6, 4, 2, 30 * time.Millisecond},
+		{3, 3, 4, 10 * time.Millisecond},
+	} {
+		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v", mc.buffer, mc.batch, mc.workers, mc.delay)
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config[int]) {
+				c.MaxBuffer, c.MaxBatch, c.Workers, c.MaxBatchingDelay = mc.buffer, mc.batch, mc.workers, mc.delay
+			})
+			m := newRefModel(testConfig(func(c *Config[int]) {
+				c.MaxBuffer, c.MaxBatch, c.Workers, c.MaxBatchingDelay = mc.buffer, mc.batch, mc.workers, mc.delay
+			}))
+			runModel(t, h, m, rand.New(rand.NewPCG(1, 2)), 20000)
+		})
+	}
+}
+
+func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) {
+	serial := 0
+	for step := range steps {
+		var op string
+		switch r := rng.IntN(100); {
+		case r < 40:
+			tasks := make([]Task[int], 1+rng.IntN(4))
+			for i := range tasks {
+				serial++
+				tasks[i] = Task[int]{ID: fmt.Sprintf("t%d", rng.IntN(10)), Value: serial}
+				if rng.IntN(5) == 0 {
+					tasks[i].Expires = h.now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+				}
+			}
+			op = fmt.Sprintf("offer %q", taskStrings(tasks))
+			m.drainReprocess(h.now)
+			m.accept(tasks, h.now)
+			h.offer(tasks...)
+		case r < 65:
+			op = "assign"
+			got := h.assign()
+			var want [][]string
+			for b := m.assign(h.now); b != nil; b = m.assign(h.now) {
+				want = append(want, taskStrings(b.tasks))
+			}
+			if !equalBatches(got, want) {
+				t.Fatalf("step %d %s: core batches %q, model %q", step, op, got, want)
+			}
+		case r < 85:
+			if len(h.out) == 0 {
+				continue
+			}
+			i := rng.IntN(len(h.out))
+			res := randomResult(rng, len(h.out[i].tasks))
+			op = fmt.Sprintf("complete %d with %+v", i, res)
+			m.complete(i, res, h.now)
+			m.drainReprocess(h.now)
+			h.complete(i, res)
+		default:
+			d := time.Duration(rng.IntN(200)) * time.Millisecond
+			op = fmt.Sprintf("advance %v", d)
+			h.advance(d)
+		}
+		compareModel(t, step, op, h, m)
+	}
+}
+
+func compareModel(t *testing.T, step int, op string, h *harness, m *refModel) {
+	t.Helper()
+	if got, want := h.pending(), m.pendingStrings(); !slices.Equal(got, want) {
+		t.Fatalf("step %d %s: core pending %q, model %q", step, op, got, want)
+	}
+	if got, want := h.c.stats(), m.stats(); got != want {
+		t.Fatalf("step %d %s:\ncore  %+v\nmodel %+v", step, op, got, want)
+	}
+	for _, val := range m.touched {
+		if f := m.fates[val]; h.fates.only(val) != f {
+			t.Fatalf("step %d %s: fate of %d: core %v, model %v", step, op, val, h.fates[val], f)
+		}
+	}
+	m.touched = m.touched[:0]
+	if h.calls != m.calls {
+		t.Fatalf("step %d %s: core gave %d fates, model %d", step, op, h.calls, m.calls)
+	}
+}
