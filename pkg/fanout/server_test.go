@@ -1,0 +1,270 @@
+package fanout
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func TestSubmitReachesEveryPeerButNotOrigin(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b", "c"}, nil)
+	subA := subscribe(t, nodes["a"], "")
+	subB := subscribe(t, nodes["b"], "")
+	subC := subscribe(t, nodes["c"], "")
+	resp, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{
+		RequestId: 7,
+		Events:    []*fanoutv1.Event{ev("orders/1", "one"), {TaskId: "orders/2", Version: 42}},
+	})
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if resp.RequestId != 7 || !resp.Satisfied || len(resp.Versions) != 2 || resp.Versions[1] != 42 || resp.Versions[0] == 0 {
+		t.Fatalf("response = %v; want request_id 7, satisfied, versions [hlc, 42]", resp)
+	}
+	for name, sub := range map[string]<-chan *fanoutv1.SubscribeResponse{"b": subB, "c": subC} {
+		got := map[string]uint64{}
+		for range 2 {
+			r := recv(t, sub)
+			if r.OriginNode != "a" || r.SubmittedAt == nil {
+				t.Errorf("%s: origin %q submitted_at %v; want a and set", name, r.OriginNode, r.SubmittedAt)
+			}
+			got[r.Event.TaskId] = r.Event.Version
+		}
+		if got["orders/1"] != resp.Versions[0] || got["orders/2"] != 42 {
+			t.Errorf("%s received %v; want versions %v", name, got, resp.Versions)
+		}
+	}
+	// A marker from b reaches a; nothing of a's own events may have come before it.
+	if _, err := nodes["b"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("marker", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, subA); r.Event.TaskId != "marker" {
+		t.Fatalf("origin a received its own event %q (echo)", r.Event.TaskId)
+	}
+}
+
+func TestSubscribePrefixFilter(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b"}, nil)
+	sub := subscribe(t, nodes["b"], "orders/")
+	_, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{
+		Events: []*fanoutv1.Event{ev("users/1", ""), ev("orders/9", ""), ev("users/2", "")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, sub); r.Event.TaskId != "orders/9" {
+		t.Fatalf("got %q, want only orders/9", r.Event.TaskId)
+	}
+}
+
+func TestSubmitStreamMatchesRequestIDs(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b"}, nil)
+	stream, err := nodes["a"].app.SubmitStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if err := stream.Send(&fanoutv1.SubmitRequest{RequestId: id, Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last uint64
+	for id := uint64(1); id <= 3; id++ {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.RequestId != id || len(resp.Versions) != 1 || resp.Versions[0] <= last {
+			t.Fatalf("response %d = %v; want request_id %d and a rising version", id, resp, id)
+		}
+		last = resp.Versions[0]
+	}
+	stream.CloseSend()
+	// A bad request ends the stream with INVALID_ARGUMENT naming the field.
+	stream, _ = nodes["a"].app.SubmitStream(context.Background())
+	stream.Send(&fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{}}})
+	_, err = stream.Recv()
+	wantInvalid(t, err, "events[0].task_id")
+}
+
+func wantInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), field) {
+		t.Fatalf("err = %v; want INVALID_ARGUMENT naming %s", err, field)
+	}
+}
+
+func TestSubmitRejectsWholeRequest(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b"}, nil)
+	sub := subscribe(t, nodes["b"], "")
+	_, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{
+		Events: []*fanoutv1.Event{ev("good", ""), ev("also-good", ""), ev("fine", ""), {TaskId: ""}},
+	})
+	wantInvalid(t, err, "events[3].task_id: empty")
+	if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("marker", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, sub); r.Event.TaskId != "marker" {
+		t.Fatalf("first delivery %q: part of a rejected request was applied", r.Event.TaskId)
+	}
+	if st := nodes["a"].node.Status(); st.Peers[0].Accepted != 1 {
+		t.Fatalf("accepted = %d; want 1 (only the marker)", st.Peers[0].Accepted)
+	}
+}
+
+func TestSubmitAckPolicies(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b"}, nil)
+	for _, p := range []fanoutv1.AckPolicy{fanoutv1.AckPolicy_ACK_POLICY_UNSPECIFIED, fanoutv1.AckPolicy_ACK_POLICY_QUEUED} {
+		if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Ack: p, Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	_, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, Events: []*fanoutv1.Event{ev("k", "")}})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ACK_POLICY_ALL: %v; want UNIMPLEMENTED until acks land", err)
+	}
+	_, err = nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{AckTimeout: durationpb.New(-time.Second)})
+	wantInvalid(t, err, "ack_timeout")
+}
+
+func TestReplicateItemStatuses(t *testing.T) {
+	cfg := testConfig("r")
+	cfg.InboxCapacity = 2
+	tn := startTestNode(t, cfg)
+	call := func(origin string, events ...*fanoutv1.Event) []fanoutv1.ItemStatus {
+		t.Helper()
+		resp, err := tn.peer.Replicate(context.Background(), &fanoutv1.ReplicateRequest{OriginNode: origin, Events: events})
+		if err != nil {
+			t.Fatalf("Replicate: %v", err)
+		}
+		if resp.NodeId != "r" {
+			t.Fatalf("node_id = %q, want r", resp.NodeId)
+		}
+		return resp.Statuses
+	}
+	const (
+		ok      = fanoutv1.ItemStatus_ITEM_STATUS_OK
+		stale   = fanoutv1.ItemStatus_ITEM_STATUS_STALE
+		busy    = fanoutv1.ItemStatus_ITEM_STATUS_BUSY
+		invalid = fanoutv1.ItemStatus_ITEM_STATUS_INVALID
+	)
+	steps := []struct {
+		name   string
+		origin string
+		events []*fanoutv1.Event
+		want   []fanoutv1.ItemStatus
+	}{
+		{"new events are OK", "x", []*fanoutv1.Event{{TaskId: "t1", Version: 10}, {TaskId: "t2", Version: 10}}, []fanoutv1.ItemStatus{ok, ok}},
+		{"duplicate is STALE", "x", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{stale}},
+		{"older is STALE", "x", []*fanoutv1.Event{{TaskId: "t1", Version: 9}}, []fanoutv1.ItemStatus{stale}},
+		{"same version, lower origin is STALE", "a", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{stale}},
+		{"same version, higher origin wins and coalesces in a full inbox", "y", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{ok}},
+		{"new task in a full inbox is BUSY", "x", []*fanoutv1.Event{{TaskId: "t3", Version: 1}}, []fanoutv1.ItemStatus{busy}},
+		{"BUSY left the table alone: retry is BUSY again, not STALE", "x", []*fanoutv1.Event{{TaskId: "t3", Version: 1}}, []fanoutv1.ItemStatus{busy}},
+		{"invalid events", "x", []*fanoutv1.Event{{TaskId: ""}, {TaskId: "v0", Version: 0}, {TaskId: "big", Version: 1, Payload: make([]byte, 2<<20)}}, []fanoutv1.ItemStatus{invalid, invalid, invalid}},
+		{"our own origin is never delivered", "r", []*fanoutv1.Event{{TaskId: "t9", Version: 1}}, []fanoutv1.ItemStatus{stale}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			got := call(s.origin, s.events...)
+			if len(got) != len(s.want) {
+				t.Fatalf("statuses %v, want %v", got, s.want)
+			}
+			for i := range got {
+				if got[i] != s.want[i] {
+					t.Fatalf("statuses %v, want %v", got, s.want)
+				}
+			}
+		})
+	}
+	// Once a subscriber drains the inbox, the BUSY task gets in.
+	sub := subscribe(t, tn, "")
+	recv(t, sub)
+	recv(t, sub)
+	if got := call("x", &fanoutv1.Event{TaskId: "t3", Version: 1}); got[0] != ok {
+		t.Fatalf("after drain: %v, want OK", got)
+	}
+}
+
+func TestReplicateRequestValidation(t *testing.T) {
+	tn := startTestNode(t, testConfig("r"))
+	cases := []struct {
+		name  string
+		req   *fanoutv1.ReplicateRequest
+		field string
+	}{
+		{"no origin", &fanoutv1.ReplicateRequest{}, "origin_node"},
+		{"submitted_at mismatch", &fanoutv1.ReplicateRequest{OriginNode: "x", Events: []*fanoutv1.Event{{TaskId: "a", Version: 1}}, SubmittedAtUnixNanos: []int64{1, 2}}, "submitted_at_unix_nanos"},
+		{"too many events", &fanoutv1.ReplicateRequest{OriginNode: "x", Events: make([]*fanoutv1.Event, 10001)}, "events"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := tn.peer.Replicate(context.Background(), c.req)
+			wantInvalid(t, err, c.field)
+		})
+	}
+}
+
+func TestGetStatusAndSelfDetection(t *testing.T) {
+	// Node "a" lists itself among its peers, as DNS discovery would; the first
+	// Replicate answer reveals it and the link is dropped.
+	nodes := cluster(t, []string{"a", "b"}, func(c *Config) {
+		if c.NodeID == "a" {
+			c.Peers = append(c.Peers, "a")
+		}
+	})
+	if n := len(nodes["a"].node.Status().Peers); n != 2 {
+		t.Fatalf("peers before first send = %d, want 2", n)
+	}
+	if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "self link dropped and b's node id learned", func() bool {
+		st, err := nodes["a"].app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
+		return err == nil && len(st.Peers) == 1 && st.Peers[0].NodeId == "b" && st.Peers[0].Succeeded == 1
+	})
+	st, _ := nodes["a"].app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
+	if st.NodeId != "a" || st.Peers[0].Address != "b" || st.Peers[0].Accepted != 1 || st.Peers[0].Breaker != "closed" {
+		t.Fatalf("status = %v", st)
+	}
+}
+
+func TestDrainRefusesSubmitAndEmptiesQueues(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b"}, nil)
+	sub := subscribe(t, nodes["b"], "")
+	if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := nodes["a"].node.Drain(ctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	recv(t, sub)
+	_, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("Submit while draining: %v, want UNAVAILABLE", err)
+	}
+}
+
+func TestRemoteOlderThanLocalWriteIsNotDelivered(t *testing.T) {
+	tn := startTestNode(t, testConfig("a"))
+	sub := subscribe(t, tn, "")
+	resp, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Version: 100}}})
+	if err != nil || resp.Versions[0] != 100 {
+		t.Fatalf("Submit: %v %v", resp, err)
+	}
+	r, err := tn.peer.Replicate(context.Background(), &fanoutv1.ReplicateRequest{OriginNode: "b", Events: []*fanoutv1.Event{{TaskId: "k", Version: 99}, {TaskId: "marker", Version: 1}}})
+	if err != nil || r.Statuses[0] != fanoutv1.ItemStatus_ITEM_STATUS_STALE {
+		t.Fatalf("Replicate older than local write: %v %v, want STALE", r, err)
+	}
+	if got := recv(t, sub); got.Event.TaskId != "marker" {
+		t.Fatalf("delivered %q before marker", got.Event.TaskId)
+	}
+}
