@@ -1,0 +1,60 @@
+# fanout — developer entry points. `make demo` and `make test` are the two commands a
+# newcomer needs; CI (.ci/run) calls `make test`.
+
+GO      ?= go
+TOOL    := $(GO) tool -modfile=tools/go.mod
+BUF     := $(TOOL) buf
+GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
+FUZZTIME ?= 30s
+
+.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench fuzz clean
+
+all: build
+
+## build: compile the sidecar into bin/sidecar
+build:
+	$(GO) build -o bin/sidecar ./cmd/sidecar
+
+## demo: a local 3-node cluster under live load (Ctrl-C to stop)
+demo:
+	$(GO) run ./cmd/sidecar demo
+
+## test: everything CI checks — format, vet, proto lint, generated code is current,
+## and every test (unit, handler, fuzz seeds, end-to-end) with the race detector
+test: fmt-check vet lint check-generated unit
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+## generate: rewrite gen/ from proto/ (offline: buf and plugins are Go tools)
+generate:
+	$(BUF) generate
+
+## check-generated: fail if gen/ differs from what proto/ generates
+check-generated: generate
+	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
+		echo "gen/ is stale: run 'make generate' and commit the result"; \
+		git status --porcelain -- gen; git diff --stat -- gen; exit 1; fi
+
+## lint: buf lint (STANDARD) on the API
+lint:
+	$(BUF) lint
+
+fmt-check:
+	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+## bench: micro-benchmarks (not run by CI; see docs/BENCHMARKS.md)
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/...
+
+## fuzz: run each fuzz target for FUZZTIME
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzBatcher -fuzztime=$(FUZZTIME) ./pkg/batcher/
+	$(GO) test -run='^$$' -fuzz=FuzzValidateSubmit -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestEnvName(t *testing.T) {
+	for flag, want := range map[string]string{
+		"node-id":                     "FANOUT_NODE_ID",
+		"max-batching-delay":          "FANOUT_MAX_BATCHING_DELAY",
+		"network-failure-retry-delay": "FANOUT_NETWORK_FAILURE_RETRY_DELAY",
+	} {
+		if got := envName(flag); got != want {
+			t.Errorf("envName(%q) = %q, want %q", flag, got, want)
+		}
+	}
+}
+
+func TestServeFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("FANOUT_MAX_BATCH", "17")
+	t.Setenv("FANOUT_MAX_BATCHING_DELAY", "250ms")
+	t.Setenv("FANOUT_NODE_ID", "from-env")
+	o := defaultServeOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.addFlags(fs)
+	if err := fs.Parse([]string{"--node-id", "from-flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bindEnv(fs); err != nil {
+		t.Fatal(err)
+	}
+	if o.node.Batcher.MaxBatch != 17 || o.node.Batcher.MaxBatchingDelay != 250*time.Millisecond {
+		t.Fatalf("env not applied: max-batch %d delay %s", o.node.Batcher.MaxBatch, o.node.Batcher.MaxBatchingDelay)
+	}
+	if o.node.NodeID != "from-flag" {
+		t.Fatalf("node id %q: a flag on the command line must win over FANOUT_NODE_ID", o.node.NodeID)
+	}
+}
+
+func TestBadEnvValueNamesTheVariable(t *testing.T) {
+	t.Setenv("FANOUT_WORKERS", "many")
+	root := newRootCmd()
+	root.SetArgs([]string{"serve"})
+	root.SetOut(&bytes.Buffer{})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "FANOUT_WORKERS") {
+		t.Fatalf("err = %v, want it to name FANOUT_WORKERS", err)
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil || !strings.HasPrefix(out.String(), "sidecar dev") {
+		t.Fatalf("version: %q, %v", out.String(), err)
+	}
+}

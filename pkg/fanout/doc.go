@@ -1,0 +1,51 @@
+// Package fanout is the sidecar's domain core and its gRPC edges: the FanoutService
+// the local app talks to, the PeerService other sidecars talk to, and the Node between
+// them.
+//
+// # Life of an event
+//
+// Submit. The app sends a SubmitRequest to FanoutServer.Submit, a thin adapter that
+// calls Node.Submit and maps errors to status codes (toStatus is the only place that
+// picks a code). Node.Submit
+//
+//  1. refuses everything while draining (ErrDraining → UNAVAILABLE);
+//  2. validates the whole request against Limits before touching anything, so a bad
+//     request is refused with the field named ("events[3].task_id: empty") and nothing
+//     of it is applied;
+//  3. gives every event with version 0 a version from the node's hybrid logical clock
+//     (hlc: wall milliseconds << 16 | counter; monotonic even if the wall clock steps
+//     back), and records each event in the version table as this node's own write, so
+//     an older remote write of the same task is never delivered here afterwards;
+//  4. offers the events, as one slice shared read-only by all peers, to every peer's
+//     batcher (package batcher) and returns once each batcher's acceptor has them.
+//
+// Send. Each peer has a link: its batcher plus a Replicator (package peers). The
+// batcher's workers call link.Process with a batch; Process builds one
+// ReplicateRequest, calls the peer with --replicate-timeout, and maps the outcome to the
+// batcher's classes: a ReplicateResponse gives per-item outcomes (OK, STALE, BUSY,
+// INVALID); peers.ErrCongestion, ErrNetwork and ErrPermanent give the whole-batch
+// classes. From the first response the link learns the peer's node id; a peer that
+// answers with our own id is this node listed among its peers, and the link is
+// dropped.
+//
+// Receive. PeerServer.Replicate validates the request, then each event: an invalid one
+// is INVALID; one from our own origin is STALE (never echoed); otherwise the version
+// table admits it only if (version, origin) is newer than what it holds, and only if
+// the inbox takes it. Check, put and record happen under the table shard's lock, so a
+// BUSY event leaves no trace and its retry is not mistaken for a duplicate. The table
+// is a sharded LRU bounded by --version-memory.
+//
+// Deliver. The inbox is bounded (--inbox-capacity) and keeps the latest event per
+// task_id in place, like a batcher's pending. A single pump goroutine moves events, in
+// order, to every Subscribe stream whose prefix matches. With nobody subscribed, events
+// wait; when the inbox is full, Replicate answers BUSY, and the sender pauses and
+// retries: a slow app pushes back on its peers instead of losing events.
+//
+// # Goroutines
+//
+// New starts the inbox pump and run (which drops self-links); each batcher starts its
+// own acceptor and workers. Close cancels and waits for all of them, then closes the
+// batchers and connections. Drain marks the node draining and waits for the batchers to
+// empty. Status and the Prometheus Collector read atomics and batcher Stats, so neither
+// adds work to the hot path.
+package fanout
