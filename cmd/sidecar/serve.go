@@ -59,6 +59,9 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call; a slower peer counts as congested")
 	fs.IntVar(&c.VersionMemory, "version-memory", c.VersionMemory, "task_ids whose latest version is remembered (least recently used are forgotten)")
 	fs.IntVar(&c.InboxCapacity, "inbox-capacity", c.InboxCapacity, "replicated events waiting for the local subscriber before peers are told BUSY")
+	fs.Uint32Var(&c.Breaker.Failures, "breaker-failures", c.Breaker.Failures, "consecutive network failures that open a peer's circuit breaker")
+	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
+	fs.Uint32Var(&c.Breaker.Probes, "breaker-probes", c.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")
 	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
 }
 

@@ -10,6 +10,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/breaker"
 )
 
 // Replicator sends one batch to one peer. *peers.Conn and *peers.FakeConn implement
@@ -31,6 +32,11 @@ type Config struct {
 	// Batcher configures every per-peer batcher. Now, Logger and OnFinal are set by
 	// the Node.
 	Batcher batcher.Config[*fanoutv1.Event]
+	// Breaker configures every peer's circuit breaker (SPEC §5). Name, IsFailure,
+	// IsExcluded and OnStateChange are set by the Node.
+	Breaker breaker.Config
+	// NewBreaker makes a peer's breaker. Default breaker.New; tests pass fakes.
+	NewBreaker func(cfg breaker.Config) (breaker.Breaker, error)
 	// ReplicateTimeout is the deadline of one Replicate call. 5s: long enough for a
 	// full batch over a slow link; a peer slower than that is treated as congested.
 	ReplicateTimeout time.Duration
@@ -57,6 +63,7 @@ func DefaultConfig() Config {
 	return Config{
 		NodeID:           host,
 		Batcher:          batcher.DefaultConfig[*fanoutv1.Event](),
+		Breaker:          breaker.DefaultConfig(),
 		ReplicateTimeout: 5 * time.Second,
 		VersionMemory:    1_000_000,
 		InboxCapacity:    10_000,
@@ -88,5 +95,8 @@ func (c *Config) fillDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.NewBreaker == nil {
+		c.NewBreaker = breaker.New
 	}
 }

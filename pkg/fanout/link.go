@@ -9,6 +9,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
 )
 
@@ -18,6 +19,7 @@ type link struct {
 	addr   string
 	node   *Node
 	conn   Replicator
+	br     breaker.Breaker // counts network failures; its Hold is the batcher's Gate
 	b      *batcher.Batcher[*fanoutv1.Event]
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
 	isSelf atomic.Bool            // the peer answered with our own node id
@@ -32,9 +34,14 @@ func (n *Node) newLink(addr string) (*link, error) {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}
 	l := &link{addr: addr, node: n, conn: conn}
+	if l.br, err = n.newBreaker(addr); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	bc := n.cfg.Batcher
 	bc.Now = n.cfg.Now
 	bc.Logger = n.log.With("peer", addr)
+	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	b, err := batcher.New(bc, l)
 	if err != nil {
 		conn.Close()
@@ -42,6 +49,23 @@ func (n *Node) newLink(addr string) (*link, error) {
 	}
 	l.b = b
 	return l, nil
+}
+
+// newBreaker makes the breaker of one peer: network failures count against it,
+// congestion is excluded, anything else (the peer answered) counts as a success.
+func (n *Node) newBreaker(addr string) (breaker.Breaker, error) {
+	bcfg := n.cfg.Breaker
+	bcfg.Name = addr
+	bcfg.IsFailure = func(err error) bool { return errors.Is(err, peers.ErrNetwork) }
+	bcfg.IsExcluded = func(err error) bool { return errors.Is(err, peers.ErrCongestion) }
+	bcfg.OnStateChange = func(name string, from, to breaker.State) {
+		n.log.Warn("peer circuit breaker changed state", "peer", name, "from", from.String(), "to", to.String())
+	}
+	br, err := n.cfg.NewBreaker(bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s breaker: %w", addr, err)
+	}
+	return br, nil
 }
 
 // Process sends one batch as one Replicate call and maps the answer to the batcher's
@@ -61,7 +85,12 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.node.cfg.ReplicateTimeout)
 	defer cancel()
-	resp, err := l.conn.Replicate(ctx, req)
+	var resp *fanoutv1.ReplicateResponse
+	err := l.br.Do(func() error {
+		var err error
+		resp, err = l.conn.Replicate(ctx, req)
+		return err
+	})
 	if err != nil {
 		return batcher.Result{Class: classOf(err), Err: err}
 	}
@@ -107,7 +136,7 @@ func classOf(err error) batcher.Class {
 	switch {
 	case errors.Is(err, peers.ErrCongestion):
 		return batcher.Congestion
-	case errors.Is(err, peers.ErrNetwork):
+	case errors.Is(err, peers.ErrNetwork), errors.Is(err, breaker.ErrOpen):
 		return batcher.NetworkFailure
 	default:
 		return batcher.Permanent

@@ -25,7 +25,7 @@ func (l *link) status() *fanoutv1.PeerStatus {
 	return &fanoutv1.PeerStatus{
 		Address:        l.addr,
 		NodeId:         l.peerNodeID(),
-		Breaker:        "closed",
+		Breaker:        l.br.State().String(),
 		Pending:        st.Pending,
 		InFlight:       st.InFlight,
 		Accepted:       st.Accepted,

@@ -1,0 +1,190 @@
+package fanout
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/peers"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// scriptedPeer answers Replicate calls from a script, one entry per call; after the
+// script it answers OK for every item.
+type scriptedPeer struct {
+	mu     sync.Mutex
+	script []func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
+	calls  int
+}
+
+func (p *scriptedPeer) handle(_ context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	p.mu.Lock()
+	i := p.calls
+	p.calls++
+	p.mu.Unlock()
+	if i < len(p.script) {
+		return p.script[i](req)
+	}
+	return allItems(req, fanoutv1.ItemStatus_ITEM_STATUS_OK), nil
+}
+
+func (p *scriptedPeer) callCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
+}
+
+func allItems(req *fanoutv1.ReplicateRequest, s fanoutv1.ItemStatus) *fanoutv1.ReplicateResponse {
+	r := &fanoutv1.ReplicateResponse{NodeId: "p", Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}
+	for i := range r.Statuses {
+		r.Statuses[i] = s
+	}
+	return r
+}
+
+func failWith(c codes.Code) func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	return func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		return nil, status.Error(c, "scripted")
+	}
+}
+
+func answer(s fanoutv1.ItemStatus) func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	return func(req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) { return allItems(req, s), nil }
+}
+
+// nodeWithPeer starts node "a" whose only peer "p" is answered by handler.
+func nodeWithPeer(t *testing.T, handler peers.FakeHandler, tweak func(*Config)) *testNode {
+	t.Helper()
+	fake := peers.NewFakeNetwork()
+	fake.Handle("p", handler)
+	cfg := testConfig("a", "p")
+	cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	return startTestNode(t, cfg)
+}
+
+func peerStatus(tn *testNode) *fanoutv1.PeerStatus { return tn.node.Status().Peers[0] }
+
+// TestFailureClassesAtTheEdge covers every row of SPEC §5's table and the per-item
+// statuses: what is counted, whether the batch is retried, and whether the event
+// finally arrives.
+func TestFailureClassesAtTheEdge(t *testing.T) {
+	type want struct {
+		calls                                                    int // Replicate calls until the event's fate
+		succeeded, congestion, transient, permanent, replayed, stale uint64
+	}
+	cases := []struct {
+		name   string
+		script []func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
+		want   want
+	}{
+		{"OK", nil, want{calls: 1, succeeded: 1}},
+		{"per-item STALE is done", script(answer(fanoutv1.ItemStatus_ITEM_STATUS_STALE)), want{calls: 1, stale: 1}},
+		{"RESOURCE_EXHAUSTED is congestion, retried", script(failWith(codes.ResourceExhausted)), want{calls: 2, succeeded: 1, congestion: 1, replayed: 1}},
+		{"DEADLINE_EXCEEDED is congestion, retried", script(failWith(codes.DeadlineExceeded)), want{calls: 2, succeeded: 1, congestion: 1, replayed: 1}},
+		{"per-item BUSY is congestion, retried", script(answer(fanoutv1.ItemStatus_ITEM_STATUS_BUSY)), want{calls: 2, succeeded: 1, congestion: 1, replayed: 1}},
+		{"UNAVAILABLE is a network failure, retried", script(failWith(codes.Unavailable)), want{calls: 2, succeeded: 1, transient: 1, replayed: 1}},
+		{"INVALID_ARGUMENT is permanent, dropped", script(failWith(codes.InvalidArgument)), want{calls: 1, permanent: 1}},
+		{"UNAUTHENTICATED is permanent, dropped", script(failWith(codes.Unauthenticated)), want{calls: 1, permanent: 1}},
+		{"UNIMPLEMENTED is permanent, dropped", script(failWith(codes.Unimplemented)), want{calls: 1, permanent: 1}},
+		{"per-item INVALID is dropped and counted", script(answer(fanoutv1.ItemStatus_ITEM_STATUS_INVALID)), want{calls: 1, permanent: 1}},
+		{"a panicking peer fails the batch, not the worker", script(func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+			panic("peer blew up")
+		}), want{calls: 1, permanent: 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := &scriptedPeer{script: c.script}
+			tn := nodeWithPeer(t, p.handle, func(cfg *Config) { cfg.Batcher.Workers = 1 })
+			if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the event's fate", func() bool {
+				st := peerStatus(tn)
+				return st.Succeeded+st.Stale+st.Permanent == 1 && st.Pending == 0 && st.InFlight == 0
+			})
+			st := peerStatus(tn)
+			got := want{p.callCount(), st.Succeeded, st.Congestion, st.Transient, st.Permanent, st.Replayed, st.Stale}
+			if got != c.want {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+			// The single worker lives on: a second event is still sent.
+			if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k2", "")}}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "a later event to be sent by the same worker", func() bool { return p.callCount() > c.want.calls })
+		})
+	}
+}
+
+func script(fs ...func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)) []func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	return fs
+}
+
+// TestBreakerOpenHoldsEvents: with the breaker open nothing is sent; events wait in
+// pending and coalesce; when it closes, only the latest version goes out.
+func TestBreakerOpenHoldsEvents(t *testing.T) {
+	fb := &breaker.Fake{}
+	fb.Set(breaker.Open, time.Millisecond)
+	p := &scriptedPeer{}
+	tn := nodeWithPeer(t, p.handle, func(cfg *Config) {
+		cfg.NewBreaker = func(breaker.Config) (breaker.Breaker, error) { return fb, nil }
+	})
+	for i := range 5 {
+		if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", string(rune('0'+i)))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "all five accepted", func() bool { return peerStatus(tn).Accepted == 5 })
+	st := peerStatus(tn)
+	if st.Breaker != "open" || st.Pending != 1 || st.Overridden != 4 || p.callCount() != 0 {
+		t.Fatalf("while open: breaker %s pending %d overridden %d calls %d; want open, 1 pending, 4 coalesced, no calls",
+			st.Breaker, st.Pending, st.Overridden, p.callCount())
+	}
+	fb.Set(breaker.Closed, 0)
+	waitFor(t, "delivery after close", func() bool { return peerStatus(tn).Succeeded == 1 })
+	if calls, refused, _ := fb.Counts(); calls != 1 || refused != 0 || p.callCount() != 1 {
+		t.Fatalf("calls %d refused %d peer calls %d; want the latest version sent once", calls, refused, p.callCount())
+	}
+}
+
+// TestBreakerTransitionsInStatus uses the real breaker: a dead peer trips it (visible
+// in GetStatus), and once the peer is back a probe closes it and the events arrive.
+func TestBreakerTransitionsInStatus(t *testing.T) {
+	var mu sync.Mutex
+	down := true
+	handler := func(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return nil, status.Error(codes.Unavailable, "down")
+		}
+		return allItems(req, fanoutv1.ItemStatus_ITEM_STATUS_OK), nil
+	}
+	tn := nodeWithPeer(t, handler, func(cfg *Config) { cfg.Breaker.OpenFor = 50 * time.Millisecond })
+	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	breakerIs := func(want string) func() bool {
+		return func() bool {
+			st, err := tn.app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
+			return err == nil && st.Peers[0].Breaker == want
+		}
+	}
+	waitFor(t, "breaker open after 5 network failures", breakerIs("open"))
+	if tr := peerStatus(tn).Transient; tr < 5 {
+		t.Fatalf("transient = %d, want >= 5 before tripping", tr)
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	waitFor(t, "probe closes the breaker and the event arrives", func() bool {
+		return breakerIs("closed")() && peerStatus(tn).Succeeded == 1
+	})
+}
