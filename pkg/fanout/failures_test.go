@@ -53,7 +53,9 @@ func failWith(c codes.Code) func(*fanoutv1.ReplicateRequest) (*fanoutv1.Replicat
 }
 
 func answer(s fanoutv1.ItemStatus) func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-	return func(req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) { return allItems(req, s), nil }
+	return func(req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		return allItems(req, s), nil
+	}
 }
 
 // nodeWithPeer starts node "a" whose only peer "p" is answered by handler.
@@ -76,7 +78,7 @@ func peerStatus(tn *testNode) *fanoutv1.PeerStatus { return tn.node.Status().Pee
 // finally arrives.
 func TestFailureClassesAtTheEdge(t *testing.T) {
 	type want struct {
-		calls                                                    int // Replicate calls until the event's fate
+		calls                                                        int // Replicate calls until the event's fate
 		succeeded, congestion, transient, permanent, replayed, stale uint64
 	}
 	cases := []struct {

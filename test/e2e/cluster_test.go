@@ -1,0 +1,430 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Deadlines of the harness. They are generous for a loaded 2-core CI machine; a
+// healthy run never comes close.
+const (
+	readyTimeout = 15 * time.Second // from exec to health SERVING
+	exitTimeout  = 15 * time.Second // from a signal to process exit (beyond --shutdown-timeout)
+	pollInterval = 10 * time.Millisecond
+	logTailBytes = 32 << 10 // how much of a node's log a failed test prints
+)
+
+// nodeSpec describes one node of a cluster before it starts.
+type nodeSpec struct {
+	// ID is passed as --node-id; empty leaves the flag off (the node then takes
+	// FANOUT_NODE_ID or the hostname).
+	ID string
+	// Flags are extra `serve` flags, e.g. "--max-event-bytes=1024".
+	Flags []string
+	// Env are extra KEY=VALUE entries. The test process's own FANOUT_* variables are
+	// never inherited.
+	Env []string
+}
+
+// specs returns n specs with ids A, B, C, …, each with the given flags.
+func specs(n int, flags ...string) []nodeSpec {
+	out := make([]nodeSpec, n)
+	for i := range out {
+		out[i] = nodeSpec{ID: string(rune('A' + i)), Flags: append([]string(nil), flags...)}
+	}
+	return out
+}
+
+// cluster is a set of sidecar processes on loopback, each peered with all the others.
+// Its methods are called from the test goroutine only.
+type cluster struct {
+	t     *testing.T
+	nodes []*node
+}
+
+// node is one sidecar process. Its ports stay the same across restarts.
+type node struct {
+	t                            *testing.T
+	index                        int
+	spec                         nodeSpec
+	appAddr, peerAddr, adminAddr string
+	// peers is this node's --peers, one entry per other node (keyed by its index).
+	// route changes an entry, e.g. to a proxy, before the node starts.
+	peers   map[int]string
+	logPath string
+
+	cmd  *exec.Cmd        // nil before the first start
+	done chan struct{}    // closed when cmd has exited; cmd.ProcessState is then set
+	cc   *grpc.ClientConn // app listener connection of the current process
+}
+
+// newCluster allocates ports for every spec and returns the cluster unstarted, so that
+// routes can still be changed. startCluster is newCluster + start.
+func newCluster(t *testing.T, ss ...nodeSpec) *cluster {
+	t.Helper()
+	addrs := freeAddrs(t, 3*len(ss))
+	c := &cluster{t: t}
+	dir := t.TempDir()
+	for i, s := range ss {
+		n := &node{
+			t: t, index: i, spec: s,
+			appAddr: addrs[3*i], peerAddr: addrs[3*i+1], adminAddr: addrs[3*i+2],
+			peers:   make(map[int]string),
+			logPath: filepath.Join(dir, fmt.Sprintf("node%d-%s.log", i, s.ID)),
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		for _, p := range c.nodes {
+			if p != n {
+				n.peers[p.index] = p.peerAddr
+			}
+		}
+	}
+	t.Cleanup(c.cleanup)
+	return c
+}
+
+func startCluster(t *testing.T, ss ...nodeSpec) *cluster {
+	t.Helper()
+	c := newCluster(t, ss...)
+	c.start()
+	return c
+}
+
+// route makes node from reach node to at addr (a proxy in front of to's peer
+// listener) instead of to's own peer address. Call it before start or restart.
+func (c *cluster) route(from, to int, addr string) { c.nodes[from].peers[to] = addr }
+
+// start starts every node and waits until all are healthy.
+func (c *cluster) start() {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		n.launch()
+	}
+	for _, n := range c.nodes {
+		n.waitReady()
+	}
+}
+
+// node returns node i.
+func (c *cluster) node(i int) *node { return c.nodes[i] }
+
+// client returns a FanoutService client of node i's current process.
+func (c *cluster) client(i int) fanoutv1.FanoutServiceClient { return c.nodes[i].client() }
+
+// cleanup kills every process still running, and prints the logs of a failed test.
+func (c *cluster) cleanup() {
+	for _, n := range c.nodes {
+		if n.running() {
+			n.kill()
+		}
+		n.closeConn()
+	}
+	for _, n := range c.nodes {
+		n.checkRaces()
+	}
+	if c.t.Failed() {
+		for _, n := range c.nodes {
+			c.t.Logf("---- log of node %d (%s), %s ----\n%s", n.index, n.spec.ID, n.logPath, n.logTail())
+		}
+	}
+}
+
+// freeAddrs returns n distinct free loopback addresses. All listeners stay open until
+// every port is chosen, so the kernel cannot hand out one port twice.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
+
+// args is the serve command line of n.
+func (n *node) args() []string {
+	var peers []string
+	for i := range len(n.peers) + 1 {
+		if a, ok := n.peers[i]; ok {
+			peers = append(peers, a)
+		}
+	}
+	args := []string{"serve",
+		"--app-addr=" + n.appAddr,
+		"--peer-addr=" + n.peerAddr,
+		"--admin-addr=" + n.adminAddr,
+		"--peers=" + strings.Join(peers, ","),
+	}
+	if n.spec.ID != "" {
+		args = append(args, "--node-id="+n.spec.ID)
+	}
+	return append(args, n.spec.Flags...)
+}
+
+func (n *node) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FANOUT_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, n.spec.Env...)
+}
+
+// launch execs the process without waiting for it to be ready. Its stderr is appended
+// to logPath.
+func (n *node) launch() {
+	n.t.Helper()
+	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatalf("node %d log: %v", n.index, err)
+	}
+	defer f.Close() // the child has its own descriptor
+	fmt.Fprintf(f, "==== %s exec %s %s\n", time.Now().Format(time.RFC3339Nano), sidecarBin, strings.Join(n.args(), " "))
+	cmd := exec.Command(sidecarBin, n.args()...)
+	cmd.Env = n.env()
+	cmd.Stderr = f
+	if err := cmd.Start(); err != nil {
+		n.t.Fatalf("node %d: start: %v", n.index, err)
+	}
+	n.cmd, n.done = cmd, make(chan struct{})
+	done := n.done
+	go func() {
+		cmd.Wait() // the exit status is read from cmd.ProcessState
+		close(done)
+	}()
+	cc, err := dialFast(n.appAddr)
+	if err != nil {
+		n.t.Fatalf("node %d: dial: %v", n.index, err)
+	}
+	n.cc = cc
+}
+
+// dialFast returns a plaintext client connection that retries a refused connection
+// within milliseconds, not gRPC's default backoff of a second and more: the harness
+// connects while a process is still starting, or restarting.
+func dialFast(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+}
+
+// waitReady polls the app listener's health service until it reports SERVING. It fails
+// the test if the process exits first or readyTimeout passes.
+func (n *node) waitReady() {
+	n.t.Helper()
+	hc := healthpb.NewHealthClient(n.cc)
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		last = err
+		if err == nil {
+			last = fmt.Errorf("health %s", resp.GetStatus())
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("node %d (%s) not ready after %s: %v", n.index, n.spec.ID, readyTimeout, last)
+		}
+		select {
+		case <-n.done:
+			n.t.Fatalf("node %d (%s) exited before it was ready: %s", n.index, n.spec.ID, n.cmd.ProcessState)
+		case <-tick.C:
+		}
+	}
+}
+
+// health returns the app listener's health status, or an error.
+func (n *node) health() (healthpb.HealthCheckResponse_ServingStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(n.cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	return resp.GetStatus(), err
+}
+
+func (n *node) client() fanoutv1.FanoutServiceClient {
+	if n.cc == nil {
+		n.t.Fatalf("node %d has never started", n.index)
+	}
+	return fanoutv1.NewFanoutServiceClient(n.cc)
+}
+
+// status calls GetStatus.
+func (n *node) status() (*fanoutv1.GetStatusResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return n.client().GetStatus(ctx, &fanoutv1.GetStatusRequest{})
+}
+
+// peerStatus returns the entry of n's GetStatus for the peer it reaches at the
+// address it was given for node to (so it also works through a proxy).
+func (n *node) peerStatus(to int) (*fanoutv1.PeerStatus, error) {
+	st, err := n.status()
+	if err != nil {
+		return nil, err
+	}
+	addr := n.peers[to]
+	for _, p := range st.GetPeers() {
+		if p.GetAddress() == addr {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("node %d lists no peer %s (node %d)", n.index, addr, to)
+}
+
+func (n *node) running() bool {
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// signal sends sig to the process.
+func (n *node) signal(sig syscall.Signal) {
+	n.t.Helper()
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		n.t.Fatalf("node %d: signal %s: %v", n.index, sig, err)
+	}
+}
+
+// wait waits up to timeout for the process to exit and returns its state.
+func (n *node) wait(timeout time.Duration) (*os.ProcessState, error) {
+	select {
+	case <-n.done:
+		return n.cmd.ProcessState, nil
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("node %d (%s) still running %s after the signal", n.index, n.spec.ID, timeout)
+	}
+}
+
+// stop sends SIGTERM, waits for the exit and returns the exit code. It fails the test
+// if the process is still running after --shutdown-timeout plus exitTimeout.
+func (n *node) stop() int {
+	n.t.Helper()
+	n.signal(syscall.SIGTERM)
+	st, err := n.wait(exitTimeout)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.closeConn()
+	return st.ExitCode()
+}
+
+// kill sends SIGKILL and waits for the exit. It also ends a SIGSTOPped process.
+func (n *node) kill() {
+	n.t.Helper()
+	if err := n.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		n.t.Errorf("node %d: kill: %v", n.index, err)
+	}
+	<-n.done
+	n.closeConn()
+}
+
+// restart starts the node again on the same ports and waits until it is ready. The
+// previous process must have exited (stop or kill).
+func (n *node) restart() {
+	n.t.Helper()
+	if n.running() {
+		n.t.Fatalf("node %d: restart while running", n.index)
+	}
+	n.launch()
+	n.waitReady()
+}
+
+func (n *node) closeConn() {
+	if n.cc != nil {
+		n.cc.Close()
+	}
+}
+
+func (n *node) logTail() string {
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > logTailBytes {
+		b = append([]byte("…"), b[len(b)-logTailBytes:]...)
+	}
+	return string(b)
+}
+
+// log returns the whole log of the node (every process it ran).
+func (n *node) log() string {
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		n.t.Fatalf("node %d log: %v", n.index, err)
+	}
+	return string(b)
+}
+
+// checkRaces fails the test if a race-enabled sidecar reported a data race.
+func (n *node) checkRaces() {
+	if !sidecarRace {
+		return
+	}
+	b, _ := os.ReadFile(n.logPath)
+	if bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+		n.t.Errorf("node %d (%s) reported a data race; see its log", n.index, n.spec.ID)
+	}
+}
+
+// eventually polls cond every pollInterval until it returns nil, and fails the test
+// with cond's last error if timeout passes first.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+		}
+		<-tick.C
+	}
+}
