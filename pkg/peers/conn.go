@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,6 +33,10 @@ type Options struct {
 	MaxMessageBytes int
 	// Creds are the transport credentials. nil means plaintext.
 	Creds credentials.TransportCredentials
+	// MaxReconnectDelay caps gRPC's reconnect backoff. 0 means 2s: gRPC's own default
+	// cap is 120s, so a peer that was down for a minute would be found again only
+	// minutes after it came back, long after the breaker probes.
+	MaxReconnectDelay time.Duration
 	// DialOptions are appended (interceptors, stats handlers).
 	DialOptions []grpc.DialOption
 }
@@ -54,8 +60,16 @@ func Dial(addr string, opts Options) (*Conn, error) {
 	if size <= 0 {
 		size = 4 << 20
 	}
+	maxDelay := opts.MaxReconnectDelay
+	if maxDelay <= 0 {
+		maxDelay = 2 * time.Second
+	}
+	bo := backoff.DefaultConfig
+	bo.BaseDelay = min(bo.BaseDelay, maxDelay/10)
+	bo.MaxDelay = maxDelay
 	dopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: maxDelay}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
 	}, opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)
