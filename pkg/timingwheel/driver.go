@@ -1,0 +1,50 @@
+package timingwheel
+
+import (
+	"context"
+	"time"
+)
+
+// Run advances w to now() on every receive from ticks, until ctx is done. It
+// blocks: the caller runs it on a goroutine it owns, cancels ctx and waits for
+// Run to return. Tests can feed ticks by hand; Driver feeds a time.Ticker.
+func (w *Wheel) Run(ctx context.Context, ticks <-chan time.Time, now func() time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+			w.Advance(now())
+		}
+	}
+}
+
+// Driver owns the goroutine and the time.Ticker that advance a wheel in
+// production. Whoever calls StartDriver calls Stop.
+type Driver struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the goroutine has returned
+}
+
+// StartDriver starts a goroutine that advances w to now() every interval
+// (Config.Tick is the natural choice). It panics if interval <= 0, like
+// time.NewTicker.
+func StartDriver(w *Wheel, interval time.Duration, now func() time.Time) *Driver {
+	ticker := time.NewTicker(interval)
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Driver{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		defer ticker.Stop()
+		w.Run(ctx, ticker.C, now)
+	}()
+	return d
+}
+
+// Stop stops the goroutine and waits for it to return, so no callback is
+// running when Stop returns (unless Stop is called from a callback, which
+// deadlocks: don't). It is idempotent. Pending timers stay in the wheel.
+func (d *Driver) Stop() {
+	d.cancel()
+	<-d.done
+}
