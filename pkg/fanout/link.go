@@ -41,6 +41,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc := n.cfg.Batcher
 	bc.Now = n.cfg.Now
 	bc.Logger = n.log.With("peer", addr)
+	bc.OnFinal = func(t *batcher.Task[*fanoutv1.Event], f batcher.Fate) { n.acks.final(addr, t, f) }
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	b, err := batcher.New(bc, l)
 	if err != nil {

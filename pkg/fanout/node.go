@@ -11,14 +11,15 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/purgatory"
+	"github.com/fanout/fanout/pkg/timingwheel"
 )
 
 // Errors of the Node's domain API; the gRPC adapters map them to status codes.
 var (
 	// ErrDraining: the node is shutting down and takes no new submissions.
 	ErrDraining = errors.New("fanout: draining, not accepting submissions")
-	// ErrAckUnsupported: an ack policy other than QUEUED was asked for.
-	ErrAckUnsupported = errors.New("fanout: ack policies other than QUEUED are not supported yet")
 	// ErrClosed: the node has been closed.
 	ErrClosed = errors.New("fanout: closed")
 )
@@ -31,6 +32,13 @@ type Node struct {
 	clock    hlc
 	versions *versionTable
 	inbox    *inbox
+
+	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
+	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
+	wheel    *timingwheel.Wheel
+	wheelDrv *timingwheel.Driver
+	purg     *purgatory.Purgatory[ackKey]
+	acks     *ackLedger
 
 	// links is the current peer set, copy-on-write: Submit loads it without a lock.
 	// Written only by New and the run goroutine (self-removal).
@@ -61,8 +69,13 @@ func New(cfg Config) (*Node, error) {
 		removeCh: make(chan *link, len(cfg.Peers)),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if err := n.startPurgatory(); err != nil {
+		n.cancel()
+		return nil, err
+	}
 	links, err := n.startLinks(cfg.Peers)
 	if err != nil {
+		n.wheelDrv.Stop()
 		n.cancel()
 		return nil, err
 	}
@@ -71,6 +84,24 @@ func New(cfg Config) (*Node, error) {
 	go func() { defer n.wg.Done(); n.inbox.run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.run() }()
 	return n, nil
+}
+
+func (n *Node) startPurgatory() error {
+	wcfg := timingwheel.DefaultConfig()
+	wcfg.Start = n.cfg.Now()
+	w, err := timingwheel.New(wcfg)
+	if err != nil {
+		return err
+	}
+	pcfg := purgatory.DefaultConfig()
+	pcfg.Wheel = w
+	purg, err := purgatory.New[ackKey](pcfg)
+	if err != nil {
+		return err
+	}
+	n.wheel, n.purg, n.acks = w, purg, newAckLedger(purg)
+	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now)
+	return nil
 }
 
 func (n *Node) startLinks(addrs []string) ([]*link, error) {
@@ -121,24 +152,103 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 // writes, and queues every event for every peer. It returns once the events are in
 // every peer's queue (ACK_POLICY_QUEUED).
 func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
-	if n.draining.Load() {
-		return nil, ErrDraining
-	}
-	if err := n.cfg.Limits.validateSubmit(req); err != nil {
+	if err := n.precheck(req); err != nil {
 		return nil, err
 	}
-	switch req.GetAck() {
-	case fanoutv1.AckPolicy_ACK_POLICY_UNSPECIFIED, fanoutv1.AckPolicy_ACK_POLICY_QUEUED:
-	default:
-		return nil, fmt.Errorf("%w (got %s)", ErrAckUnsupported, req.GetAck())
+	return n.submitChecked(ctx, req)
+}
+
+// precheck refuses a request while draining, and validates it whole.
+func (n *Node) precheck(req *fanoutv1.SubmitRequest) error {
+	if n.draining.Load() {
+		return ErrDraining
 	}
+	return n.cfg.Limits.validateSubmit(req)
+}
+
+// WaitsForAcks reports whether Submit of req will wait for peers (ack ONE, QUORUM or
+// ALL with at least one peer).
+func (n *Node) WaitsForAcks(req *fanoutv1.SubmitRequest) bool {
+	return needFor(req.GetAck(), len(*n.links.Load())) > 0
+}
+
+// submitChecked is Submit after precheck.
+func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
 	tasks, versions := n.prepare(req.GetEvents())
-	for _, l := range *n.links.Load() {
+	links := *n.links.Load()
+	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId(), Versions: versions}
+	if need := needFor(req.GetAck(), len(links)); need > 0 {
+		return n.submitAndWait(ctx, req, links, tasks, resp, need)
+	}
+	if err := n.offer(ctx, links, tasks); err != nil {
+		return nil, err
+	}
+	resp.Satisfied = true
+	return resp, nil
+}
+
+func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*fanoutv1.Event]) error {
+	for _, l := range links {
 		if err := l.b.Offer(ctx, tasks); err != nil {
-			return nil, fmt.Errorf("queue for peer %s: %w", l.addr, err)
+			return fmt.Errorf("queue for peer %s: %w", l.addr, err)
 		}
 	}
-	return &fanoutv1.SubmitResponse{RequestId: req.GetRequestId(), Versions: versions, Satisfied: true}, nil
+	return nil
+}
+
+// submitAndWait queues the events and waits, in the purgatory, until need peers have
+// acknowledged all of them, or the wait can no longer succeed, or the deadline passes.
+// The waiters are registered before the events are offered, so no ack is missed.
+func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, links []*link,
+	tasks []batcher.Task[*fanoutv1.Event], resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
+	peers := make([]string, len(links))
+	for i, l := range links {
+		peers[i] = l.addr
+	}
+	op := newAckOp(peers, need, len(tasks))
+	for i, l := range links {
+		if l.br.State() == breaker.Open {
+			op.fail(i, "circuit breaker open")
+		}
+	}
+	op.Init(op, n.ackDeadline(ctx, req))
+	keys := n.acks.register(op, req.GetEvents())
+	defer n.acks.unregister(op, keys)
+	n.purg.TryCompleteElseWatch(op, keys)
+	if err := n.offer(ctx, links, tasks); err != nil {
+		n.purg.Cancel(op)
+		return nil, err
+	}
+	select {
+	case <-op.done:
+	case <-ctx.Done():
+		n.purg.Cancel(op) // the caller is gone: forget the operation and its timer
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		n.purg.Cancel(op)
+		return nil, ErrClosed
+	}
+	resp.PeerAcks, resp.Satisfied = op.result()
+	return resp, nil
+}
+
+// defaultAckTimeout bounds an ack wait when the request sets none (SPEC §7).
+const defaultAckTimeout = 5 * time.Second
+
+// ackDeadline is now + ack_timeout (default 5s), capped by the call's own deadline less
+// a margin, so that the caller still receives the PeerAck list rather than its own
+// DEADLINE_EXCEEDED.
+func (n *Node) ackDeadline(ctx context.Context, req *fanoutv1.SubmitRequest) time.Time {
+	now := n.cfg.Now()
+	timeout := defaultAckTimeout
+	if t := req.GetAckTimeout(); t != nil && t.AsDuration() > 0 {
+		timeout = t.AsDuration()
+	}
+	if d, ok := ctx.Deadline(); ok {
+		left := d.Sub(now)
+		timeout = min(timeout, left-min(left/10, 50*time.Millisecond))
+	}
+	return now.Add(timeout)
 }
 
 // prepare assigns versions and expiry and records each event as this node's write.
@@ -245,6 +355,7 @@ func (n *Node) Close() {
 		n.draining.Store(true)
 		n.cancel()
 		n.wg.Wait()
+		n.wheelDrv.Stop()
 		for _, l := range *n.links.Load() {
 			l.close()
 		}

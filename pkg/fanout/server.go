@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -38,25 +39,97 @@ func (s *FanoutServer) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) 
 	return resp, toStatus(err)
 }
 
-// SubmitStream implements FanoutService.SubmitStream: one response per request, in
-// order, matched by request_id. A rejected request ends the stream with its status.
+// maxStreamWaits bounds the ack-waiting requests one SubmitStream may have open at
+// once; past it, reading the stream pauses (flow control pushes back on the client).
+const maxStreamWaits = 1024
+
+// SubmitStream implements FanoutService.SubmitStream: one response per request,
+// matched by request_id. Requests that wait for acks run concurrently and are answered
+// in completion order; QUEUED requests are answered in order as they are read. A bad
+// request ends the stream with its status (INVALID_ARGUMENT naming the field).
 func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	w := &streamWaits{stream: stream, sem: make(chan struct{}, maxStreamWaits)}
+	defer w.wg.Wait()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil
+			w.wg.Wait()
+			return w.failed()
 		}
 		if err != nil {
 			return err
 		}
-		resp, err := s.node.Submit(stream.Context(), req)
-		if err != nil {
+		if err := w.failed(); err != nil {
+			return err
+		}
+		if err := s.node.precheck(req); err != nil {
 			return toStatus(err)
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
+		if !s.node.WaitsForAcks(req) {
+			resp, err := s.node.submitChecked(ctx, req)
+			if err == nil {
+				err = w.send(resp)
+			}
+			if err != nil {
+				return toStatus(err)
+			}
+			continue
+		}
+		if err := w.start(ctx, func() error {
+			resp, err := s.node.submitChecked(ctx, req)
+			if err != nil {
+				return err
+			}
+			return w.send(resp)
+		}); err != nil {
+			return toStatus(err)
 		}
 	}
+}
+
+// streamWaits runs the ack-waiting requests of one SubmitStream. The handler starts
+// them and waits for all before returning; stream.Send is serialized by mu.
+type streamWaits struct {
+	stream fanoutv1.FanoutService_SubmitStreamServer
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	err    error // guarded by mu: the first failure
+}
+
+func (w *streamWaits) start(ctx context.Context, f func() error) error {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.sem }()
+		if err := f(); err != nil {
+			w.mu.Lock()
+			if w.err == nil {
+				w.err = toStatus(err)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+func (w *streamWaits) send(resp *fanoutv1.SubmitResponse) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stream.Send(resp)
+}
+
+func (w *streamWaits) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // Subscribe implements FanoutService.Subscribe.
@@ -113,8 +186,6 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, inv.Error())
 	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed), errors.Is(err, batcher.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, ErrAckUnsupported):
-		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:

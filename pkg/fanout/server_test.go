@@ -9,7 +9,6 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestSubmitReachesEveryPeerButNotOrigin(t *testing.T) {
@@ -116,21 +115,6 @@ func TestSubmitRejectsWholeRequest(t *testing.T) {
 	if st := nodes["a"].node.Status(); st.Peers[0].Accepted != 1 {
 		t.Fatalf("accepted = %d; want 1 (only the marker)", st.Peers[0].Accepted)
 	}
-}
-
-func TestSubmitAckPolicies(t *testing.T) {
-	nodes := cluster(t, []string{"a", "b"}, nil)
-	for _, p := range []fanoutv1.AckPolicy{fanoutv1.AckPolicy_ACK_POLICY_UNSPECIFIED, fanoutv1.AckPolicy_ACK_POLICY_QUEUED} {
-		if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Ack: p, Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
-			t.Errorf("%s: %v", p, err)
-		}
-	}
-	_, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, Events: []*fanoutv1.Event{ev("k", "")}})
-	if status.Code(err) != codes.Unimplemented {
-		t.Errorf("ACK_POLICY_ALL: %v; want UNIMPLEMENTED until acks land", err)
-	}
-	_, err = nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{AckTimeout: durationpb.New(-time.Second)})
-	wantInvalid(t, err, "ack_timeout")
 }
 
 func TestReplicateItemStatuses(t *testing.T) {
