@@ -1,0 +1,69 @@
+package fanout
+
+import (
+	"fmt"
+	"testing"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+)
+
+func benchIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("register#ORDERS/i-%d", i)
+	}
+	return ids
+}
+
+// BenchmarkVersionTable measures the receive-side check of one event: admit into a
+// table of keys task_ids (new versions each round, so every admit wins), and in
+// parallel, as concurrent Replicate handlers do.
+func BenchmarkVersionTable(b *testing.B) {
+	for _, keys := range []int{1_000, 100_000} {
+		ids := benchIDs(keys)
+		b.Run(fmt.Sprintf("admit/keys=%d", keys), func(b *testing.B) {
+			vt := newVersionTable(1_000_000)
+			accept := func() bool { return true }
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				vt.admit(ids[i%keys], stamp{version: uint64(i + 1), origin: "a"}, accept)
+			}
+		})
+		b.Run(fmt.Sprintf("admit-parallel/keys=%d", keys), func(b *testing.B) {
+			vt := newVersionTable(1_000_000)
+			accept := func() bool { return true }
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					vt.admit(ids[i%keys], stamp{version: uint64(i), origin: "a"}, accept)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkInbox measures put then pop of events through the inbox (one subscriber),
+// with unique task_ids and with hot ones that coalesce.
+func BenchmarkInbox(b *testing.B) {
+	for _, keys := range []int{16, 100_000} {
+		ids := benchIDs(keys)
+		events := make([]*fanoutv1.Event, keys)
+		for i := range events {
+			events[i] = &fanoutv1.Event{TaskId: ids[i], Version: 1}
+		}
+		b.Run(fmt.Sprintf("put+pop/keys=%d", keys), func(b *testing.B) {
+			in := newInbox(1 << 20)
+			_, cancel := in.subscribe("", nil)
+			defer cancel()
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				in.put(delivery{event: events[i%keys], origin: "a"})
+				if i%popBatch == popBatch-1 {
+					in.pop()
+				}
+			}
+		})
+	}
+}
