@@ -27,8 +27,9 @@ type Driver struct {
 }
 
 // StartDriver starts a goroutine that advances w to now() every interval
-// (Config.Tick is the natural choice). It panics if interval <= 0, like
-// time.NewTicker.
+// (Config.Tick is the natural choice) while w holds timers. While it is empty the
+// goroutine sleeps, so an idle sidecar does not wake a thousand times a second; the
+// next Add wakes it. It panics if interval <= 0, like time.NewTicker.
 func StartDriver(w *Wheel, interval time.Duration, now func() time.Time) *Driver {
 	ticker := time.NewTicker(interval)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -36,9 +37,32 @@ func StartDriver(w *Wheel, interval time.Duration, now func() time.Time) *Driver
 	go func() {
 		defer close(d.done)
 		defer ticker.Stop()
-		w.Run(ctx, ticker.C, now)
+		for {
+			if w.Len() == 0 && !sleep(ctx, w, ticker, interval) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				w.Advance(now())
+			case <-w.wake: // a timer arrived while ticking; nothing to do
+			}
+		}
 	}()
 	return d
+}
+
+// sleep stops the ticker until the wheel is woken by an Add; false if ctx ended first.
+func sleep(ctx context.Context, w *Wheel, ticker *time.Ticker, interval time.Duration) bool {
+	ticker.Stop()
+	select {
+	case <-w.wake:
+		ticker.Reset(interval)
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Stop stops the goroutine and waits for it to return, so no callback is

@@ -22,6 +22,9 @@ type Wheel struct {
 	slots int64     // Config.Slots; immutable
 
 	pending atomic.Int64 // timers added and not yet fired or stopped
+	// wake (capacity 1) is signalled when pending goes from 0 to 1, so that a Driver
+	// can sleep while the wheel is empty instead of ticking.
+	wake chan struct{}
 
 	advanceMu sync.Mutex
 	due       []*Timer // timers collected by the running Advance; guarded by advanceMu
@@ -56,7 +59,7 @@ func New(cfg Config) (*Wheel, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Wheel{start: cfg.Start, tick: int64(cfg.Tick), slots: int64(cfg.Slots)}
+	w := &Wheel{start: cfg.Start, tick: int64(cfg.Tick), slots: int64(cfg.Slots), wake: make(chan struct{}, 1)}
 	w.expired.init()
 	w.addLevel()
 	return w, nil
@@ -87,7 +90,7 @@ func (w *Wheel) addLevel() {
 // panic; it may call Add, AfterFunc and Stop.
 func (w *Wheel) Add(deadline time.Time, fn func()) *Timer {
 	t := &Timer{when: w.offset(deadline), fn: fn, w: w}
-	w.pending.Add(1)
+	w.added()
 	w.mu.Lock()
 	w.seq++
 	t.seq = w.seq
@@ -99,11 +102,12 @@ func (w *Wheel) Add(deadline time.Time, fn func()) *Timer {
 // AfterFunc schedules fn to run d after the wheel's current time (the time of
 // the last Advance, or Start), like Add(Now().Add(d), fn). The wheel lags the
 // real clock by up to the driver's interval, so a timer may run that much
-// earlier than d after the call; use Add with a deadline from your own clock
-// when that matters.
+// earlier than d after the call; and a Driver lets the wheel's time stand still
+// while the wheel is empty, so after an idle spell the lag is the whole spell. Use
+// Add with a deadline from your own clock when that matters (fanout does).
 func (w *Wheel) AfterFunc(d time.Duration, fn func()) *Timer {
 	t := &Timer{fn: fn, w: w}
-	w.pending.Add(1)
+	w.added()
 	w.mu.Lock()
 	t.when = satAdd(w.now, int64(d))
 	w.seq++
@@ -111,6 +115,16 @@ func (w *Wheel) AfterFunc(d time.Duration, fn func()) *Timer {
 	w.place(t)
 	w.mu.Unlock()
 	return t
+}
+
+// added counts a new timer and wakes a sleeping Driver if the wheel was empty.
+func (w *Wheel) added() {
+	if w.pending.Add(1) == 1 {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Len returns the number of timers added and neither fired nor stopped.

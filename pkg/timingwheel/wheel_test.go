@@ -496,3 +496,28 @@ func TestDeadlineAndNow(t *testing.T) {
 		t.Fatalf("AfterFunc deadline = %v", tm2.Deadline())
 	}
 }
+
+// TestDriverWakesAfterIdle: the driver sleeps while the wheel is empty and the next Add
+// wakes it, so timers added after an idle spell still fire.
+func TestDriverWakesAfterIdle(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Start = time.Now()
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := StartDriver(w, time.Millisecond, time.Now)
+	defer d.Stop()
+	for round := range 3 {
+		fired := make(chan struct{})
+		w.Add(time.Now().Add(2*time.Millisecond), func() { close(fired) })
+		select {
+		case <-fired:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: a timer added to an idle wheel never fired", round)
+		}
+		if w.Len() != 0 {
+			t.Fatalf("round %d: Len = %d after firing, want 0 (driver goes back to sleep)", round, w.Len())
+		}
+	}
+}
