@@ -21,7 +21,7 @@ func newRootCmd() *cobra.Command {
 			return bindEnv(cmd.Flags())
 		},
 	}
-	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd())
+	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd())
 	return root
 }
 

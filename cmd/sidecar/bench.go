@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fanout/fanout/pkg/loadgen"
+	"github.com/spf13/cobra"
+)
+
+// benchOptions are the flags of `sidecar bench`. Each is also read from FANOUT_<FLAG>.
+type benchOptions struct {
+	cfg        loadgen.Config
+	serveFlags []string
+	json       bool
+}
+
+func newBenchCmd() *cobra.Command {
+	o := benchOptions{cfg: loadgen.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "bench [flags] [-- serve flags]",
+		Short: "Load-test a cluster: publish on one node, measure delivery latency on the others",
+		Long: `bench publishes events on the first node through pipelined SubmitStream calls and
+subscribes on every other node, measuring the latency from send to delivery in an
+HdrHistogram. It prints a live line each second and a table at the end (--json: one JSON
+line). With --spawn N it starts N 'sidecar serve' processes of this binary on free
+loopback ports and stops them at the end; serve flags for them go after '--' or in
+--serve-flag. With --app-addrs it drives nodes that are already running.
+docs/BENCH.md explains every figure.`,
+		Example: `  sidecar bench --spawn 3 --duration 10s --rate 10000
+  sidecar bench --rate 0 --json                      # saturate
+  sidecar bench --keys 1000 -- --max-batching-delay=5ms
+  sidecar bench --app-addrs 127.0.0.1:7070,127.0.0.1:7080`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
+				return fmt.Errorf("unexpected argument %q: serve flags for spawned nodes go after --", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("app-addrs") && !cmd.Flags().Changed("spawn") {
+				o.cfg.Spawn = 0
+			}
+			o.cfg.ServeFlags = append(append([]string(nil), o.serveFlags...), args...)
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runBench(ctx, o, cmd)
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+func (o *benchOptions) addFlags(cmd *cobra.Command) {
+	c := &o.cfg
+	fs := cmd.Flags()
+	fs.IntVar(&c.Spawn, "spawn", c.Spawn, "start this many 'sidecar serve' processes on loopback (ignored when only --app-addrs is given)")
+	fs.StringSliceVar(&c.AppAddrs, "app-addrs", nil, "app addresses of running nodes instead of --spawn: the first gets the publishers, every other one a subscriber")
+	fs.StringArrayVar(&o.serveFlags, "serve-flag", nil, "an extra serve flag for every spawned node, e.g. --serve-flag=--workers=8 (repeatable; or put them after --)")
+	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "SubmitStream streams on the first node, each on its own connection")
+	fs.IntVar(&c.Pipeline, "pipeline", c.Pipeline, "SubmitRequests in flight per stream")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured time, after the warmup")
+	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time published before the measurement; its events are not measured")
+	fs.IntVar(&c.Rate, "rate", c.Rate, "events/s offered across all publishers, open loop (0: as fast as the pipeline takes them)")
+	fs.IntVar(&c.Keys, "keys", c.Keys, "distinct task_ids cycled over (0: every event unique); > 0 also measures convergence")
+	fs.IntVar(&c.Payload, "payload", c.Payload, "payload bytes per event (the first 8 carry the send time)")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "events per SubmitRequest")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "after the last submit, wait at most this long for the subscribers to catch up")
+	fs.BoolVar(&o.json, "json", false, "print one JSON line at the end instead of the table (live lines go to stderr)")
+}
+
+// runBench wires the options into loadgen.Run and prints its result.
+func runBench(ctx context.Context, o benchOptions, cmd *cobra.Command) error {
+	if o.cfg.Spawn > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--spawn: cannot find this binary: %w", err)
+		}
+		o.cfg.Binary = exe
+	}
+	out := cmd.OutOrStdout()
+	o.cfg.Live = out
+	if o.json {
+		o.cfg.Live = cmd.ErrOrStderr()
+	}
+	res, err := loadgen.Run(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return res.WriteJSON(out)
+	}
+	return res.WriteTable(out)
+}

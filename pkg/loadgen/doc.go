@@ -1,0 +1,61 @@
+// Package loadgen is `sidecar bench`: a load generator for a fanout cluster, in the
+// manner of `nats bench`. The command in cmd/sidecar turns flags into a Config and
+// calls Run; everything else happens here.
+//
+// # The life of a run
+//
+// Nodes. With Config.Spawn, startCluster starts that many `sidecar serve` processes
+// of Config.Binary on free 127.0.0.1 ports (admin listener off), each peered with all
+// the others, and polls their gRPC health service until every one is SERVING. The
+// processes get their own process group (Ctrl-C reaches only the bench) and SIGTERM
+// if the bench dies. With Config.AppAddrs the nodes are already running.
+//
+// Subscribers. One Subscribe stream opens on every node but the first, filtered to
+// the run's task_id prefix (Config.Prefix, unique per run, so that leftovers of an
+// earlier run or other traffic are not counted). Run waits until each node's
+// GetStatus counts the new subscriber: an event published earlier could otherwise
+// sit in the inbox and arrive late, or reach nobody.
+//
+// The clock. All offsets are from one epoch read with Config.Now, using its monotonic
+// reading. Publishing starts at window.start; events stamped before
+// window.measureFrom (= start + Warmup) are warmup and are not measured; publishing
+// stops at window.end (= measureFrom + Duration).
+//
+// Publishers. Each is one SubmitStream on its own connection to the first node. Its
+// send loop follows the open-loop schedule dueAt: the request carrying events
+// [n, n+batch) is due when the last of them has been offered at Rate/Publishers
+// events/s. At most Pipeline requests are in flight; the receive goroutine matches
+// each SubmitResponse to its request by request_id, counts the events and, with hot
+// keys, raises the latest version of each key from SubmitResponse.versions.
+//
+// Latency. The first 8 bytes of every payload are the send time (nanoseconds since
+// the epoch). For a paced run that is the time the request was due, not when it went
+// out: a bench that falls behind shows the backlog as latency instead of hiding it
+// (no coordinated omission). A subscriber subtracts it from the arrival time and
+// records the difference in an HdrHistogram (1 µs to 60 s, 3 significant figures).
+// Sender and receiver are the same process, so the figure is exact even when the
+// nodes run on other machines. A payload shorter than 8 bytes carries no stamp; the
+// origin's submitted_at is used then, which compares two wall clocks.
+//
+// Live view. Every Interval a line shows submitted/s and delivered/s, the p50 and p99
+// of the events delivered in that interval, and the sum of pending over the first
+// node's peers (GetStatus).
+//
+// Drain. After the last response, Run waits until the subscribers have caught up:
+// with hot keys, until every subscriber holds the latest version of every key (the
+// convergence time is from the last submit to the arrival of the last such version);
+// otherwise until every subscriber has every accepted event. It gives up after
+// DrainTimeout, or when the first node has nothing pending or in flight and nothing
+// has arrived for a while (the rest was dropped).
+//
+// Result. The counters of the first node's peers (coalesced = overridden, wire
+// events = succeeded + stale, dropped, retried) are differences of GetStatus between
+// the start of the measured window and the end. The spawned nodes' CPU is the
+// difference of /proc/<pid>/stat over the same span; their peak RSS comes from the
+// rusage of each exited process. The nodes are stopped with SIGTERM and waited for
+// (killed after StopTimeout).
+//
+// Every goroutine has an owner that cancels it and waits for it: Run owns the
+// subscribers, the publishers and the reporter; a publisher owns its receive
+// goroutine; the cluster owns one waiter per process.
+package loadgen

@@ -1,0 +1,75 @@
+package loadgen
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// dueAt is the open-loop schedule: the offset from the start of publishing at which a
+// publisher offering rate events/s must send the request that carries events
+// [sent, sent+batch). A request is due when its last event has "arrived", so batching
+// never sends ahead of the offered rate. rate <= 0 means unpaced: always due.
+func dueAt(sent int64, batch int, rate float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(sent+int64(batch)) / rate * float64(time.Second))
+}
+
+// publisherRate splits the offered rate evenly over the publishers.
+func publisherRate(rate, publishers int) float64 {
+	if rate <= 0 || publishers <= 0 {
+		return 0
+	}
+	return float64(rate) / float64(publishers)
+}
+
+// keyIndex is the hot key of a publisher's seq-th event: publishers interleave, so
+// together they cycle over every key in turn.
+func keyIndex(seq int64, publisher, publishers, keys int) int {
+	return int((seq*int64(publishers) + int64(publisher)) % int64(keys))
+}
+
+// taskID names an event. Hot keys are prefix+"k<index>"; unique events are
+// prefix+"p<publisher>-<seq>".
+func taskID(prefix string, keys int, seq int64, publisher, publishers int) string {
+	if keys > 0 {
+		return prefix + "k" + strconv.Itoa(keyIndex(seq, publisher, publishers, keys))
+	}
+	return prefix + "p" + strconv.Itoa(publisher) + "-" + strconv.FormatInt(seq, 10)
+}
+
+// parseKey returns the hot-key index of a task_id made by taskID, or false.
+func parseKey(prefix, id string) (int, bool) {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok {
+		return 0, false
+	}
+	rest, ok = strings.CutPrefix(rest, "k")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(rest)
+	return k, err == nil && k >= 0
+}
+
+// stampBytes is the size of the send-time stamp at the start of a payload.
+const stampBytes = 8
+
+// putStamp writes the send time, as nanoseconds since the run's epoch, into the first
+// 8 bytes of payload (big endian). A shorter payload carries no stamp.
+func putStamp(payload []byte, sinceEpoch time.Duration) {
+	if len(payload) >= stampBytes {
+		binary.BigEndian.PutUint64(payload, uint64(sinceEpoch))
+	}
+}
+
+// readStamp reads what putStamp wrote.
+func readStamp(payload []byte) (time.Duration, bool) {
+	if len(payload) < stampBytes {
+		return 0, false
+	}
+	return time.Duration(binary.BigEndian.Uint64(payload)), true
+}

@@ -1,0 +1,171 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is what a run measured. Its JSON form is the one line `sidecar bench --json`
+// prints; docs/BENCH.md explains every field.
+type Result struct {
+	// The workload.
+	Nodes       int     `json:"nodes"`
+	Spawned     bool    `json:"spawned"`
+	Publishers  int     `json:"publishers"`
+	Subscribers int     `json:"subscribers"`
+	Rate        int     `json:"rate"`
+	Batch       int     `json:"batch"`
+	Payload     int     `json:"payload"`
+	Keys        int     `json:"keys"`
+	DurationSec float64 `json:"duration_s"`
+	WarmupSec   float64 `json:"warmup_s"`
+
+	// Submitted counts the events sent in the measured window that the first node
+	// accepted; Delivered the deliveries of those events, summed over subscribers.
+	Submitted       uint64  `json:"submitted"`
+	Delivered       uint64  `json:"delivered"`
+	SubmitPerSec    float64 `json:"submit_per_sec"`
+	DeliveredPerSec float64 `json:"delivered_per_sec"`
+	// Latency is from send to arrival at a subscriber, over every measured delivery.
+	Latency
+	// LatencyFrom says where the send time came from: "payload" (a stamp in the
+	// first 8 bytes) or "submitted_at" (the origin's accept time, for --payload < 8).
+	LatencyFrom string `json:"latency_from"`
+
+	// Counters of the first node's peers over the run (differences of GetStatus).
+	Coalesced  uint64 `json:"coalesced"`
+	WireEvents uint64 `json:"wire_events"`
+	Dropped    uint64 `json:"dropped"`
+	Retried    uint64 `json:"retried"`
+
+	// ConvergeMs is, with --keys > 0, the time from the last submit until every
+	// subscriber held the latest version of every key; Converged is false if the
+	// drain timed out first.
+	ConvergeMs *float64 `json:"converge_ms,omitempty"`
+	Converged  *bool    `json:"converged,omitempty"`
+
+	// Resource use of the spawned nodes (absent with --app-addrs). CPU is user+sys
+	// over the measured window and the drain; peak RSS is the largest node's.
+	NodeCPUSeconds    float64 `json:"node_cpu_seconds,omitempty"`
+	NodePeakRSSBytes  int64   `json:"node_peak_rss_bytes,omitempty"`
+	CPUUsPerDelivered float64 `json:"cpu_us_per_delivered,omitempty"`
+
+	// BenchCPUSeconds is the bench process's own user+sys CPU over the same window:
+	// on one machine it competes with the nodes, so a saturated run is only as fast as
+	// the cores left over.
+	BenchCPUSeconds float64 `json:"bench_cpu_seconds,omitempty"`
+
+	// Interrupted is set when the run was stopped (Ctrl-C) before it finished.
+	Interrupted bool `json:"interrupted,omitempty"`
+
+	// SubscriberResults and NodeResults are for the table only.
+	SubscriberResults []SubscriberResult `json:"-"`
+	NodeResults       []NodeResult       `json:"-"`
+}
+
+// SubscriberResult is one subscriber's share of a Result.
+type SubscriberResult struct {
+	Addr      string
+	NodeID    string
+	Delivered uint64
+	PerSec    float64
+	Latency   Latency
+}
+
+// NodeResult is one spawned node's resource use.
+type NodeResult struct {
+	NodeID       string
+	CPUSeconds   float64
+	PeakRSSBytes int64
+}
+
+// WriteJSON writes r as one line of JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// WriteTable writes r for a human: one row per subscriber, then the totals.
+func (r *Result) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	if r.Interrupted {
+		b.WriteString("\ninterrupted: the figures cover the run until Ctrl-C\n")
+	}
+	fmt.Fprintf(&b, "\n%s\n\n", r.headline())
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "SUBSCRIBER\tNODE\tDELIVERED\tPER SEC\tP50\tP90\tP99\tP99.9\tMAX\t")
+	for _, s := range r.SubscriberResults {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t", s.Addr, s.NodeID, s.Delivered, s.PerSec, latencyCells(s.Latency))
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprintf(tw, "all\t\t%d\t%.0f\t%s\t\n", r.Delivered, r.DeliveredPerSec, latencyCells(r.Latency))
+	tw.Flush()
+	fmt.Fprintf(&b, "\nsubmitted %d (%.0f/s)   latency from %s   bench cpu %.2f s\n", r.Submitted, r.SubmitPerSec, r.LatencyFrom, r.BenchCPUSeconds)
+	fmt.Fprintf(&b, "first node's peers: coalesced %d   wire events %d   retried %d   dropped %d\n", r.Coalesced, r.WireEvents, r.Retried, r.Dropped)
+	r.writeConvergence(&b)
+	r.writeNodes(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Result) headline() string {
+	rate := "unpaced"
+	if r.Rate > 0 {
+		rate = fmt.Sprintf("%d events/s", r.Rate)
+	}
+	keys := "every task_id unique"
+	if r.Keys > 0 {
+		keys = fmt.Sprintf("%d hot keys", r.Keys)
+	}
+	return fmt.Sprintf("fanout bench: %d nodes, %d publisher(s) → %d subscriber(s); %s, batch %d, payload %d B, %s; %s measured after %s warmup",
+		r.Nodes, r.Publishers, r.Subscribers, rate, r.Batch, r.Payload, keys, fmtSeconds(r.DurationSec), fmtSeconds(r.WarmupSec))
+}
+
+func (r *Result) writeConvergence(w io.Writer) {
+	switch {
+	case r.Converged == nil:
+	case *r.Converged && r.ConvergeMs != nil:
+		fmt.Fprintf(w, "converged: every subscriber held the latest version of every key %.1f ms after the last submit\n", *r.ConvergeMs)
+	default:
+		fmt.Fprintln(w, "NOT converged: some subscriber lacked the latest version of some key when the drain timed out")
+	}
+}
+
+func (r *Result) writeNodes(w io.Writer) {
+	if len(r.NodeResults) == 0 {
+		return
+	}
+	for _, n := range r.NodeResults {
+		fmt.Fprintf(w, "node %s: cpu %.2f s   peak rss %.1f MiB\n", n.NodeID, n.CPUSeconds, float64(n.PeakRSSBytes)/(1<<20))
+	}
+	fmt.Fprintf(w, "nodes: cpu %.2f s (%.1f µs per delivered event)   peak rss %.1f MiB\n",
+		r.NodeCPUSeconds, r.CPUUsPerDelivered, float64(r.NodePeakRSSBytes)/(1<<20))
+}
+
+func latencyCells(l Latency) string {
+	return strings.Join([]string{fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max)}, "\t")
+}
+
+// fmtUs prints microseconds at a readable scale: 412µs, 2.13ms, 1.20s.
+func fmtUs(us int64) string {
+	switch {
+	case us < 1000:
+		return fmt.Sprintf("%dµs", us)
+	case us < 1_000_000:
+		return fmt.Sprintf("%.2fms", float64(us)/1e3)
+	default:
+		return fmt.Sprintf("%.2fs", float64(us)/1e6)
+	}
+}
+
+func fmtSeconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).String()
+}

@@ -1,0 +1,95 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+)
+
+// keyState is the latest version of one hot key a subscriber has received, and when.
+// The subscriber's goroutine is the only writer; it stores at before version, so a
+// reader that sees a version also sees its arrival (or a later one).
+type keyState struct {
+	version atomic.Uint64
+	at      atomic.Int64 // arrival offset from the epoch
+}
+
+// subscriber reads one node's Subscribe stream, filtered to the run's prefix, and
+// records the latency of every event. Its goroutine is the caller of run.
+type subscriber struct {
+	addr, nodeID string
+	client       fanoutv1.FanoutServiceClient
+	cfg          *Config
+	clock        clock
+	// measureFrom is the offset from the epoch where measurement starts; earlier
+	// stamps are warmup. Run sets it before the first event is published.
+	measureFrom atomic.Int64
+	rec         *recorder
+	keys        []keyState // nil without hot keys
+	// fromSubmittedAt is set once an event had no payload stamp.
+	fromSubmittedAt atomic.Bool
+}
+
+// run subscribes and records until ctx is done. The stream is opened before run
+// returns from its first Recv, so callers confirm the subscription with GetStatus.
+func (s *subscriber) run(ctx context.Context) error {
+	stream, err := s.client.Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix})
+	if err != nil {
+		return fmt.Errorf("subscriber on %s: %w", s.addr, err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("subscriber on %s: %w", s.addr, err)
+		}
+		s.observe(resp, s.clock.since())
+	}
+}
+
+// observe records one event that arrived at offset arrival.
+func (s *subscriber) observe(resp *fanoutv1.SubscribeResponse, arrival time.Duration) {
+	ev := resp.GetEvent()
+	sent, ok := readStamp(ev.GetPayload())
+	if !ok {
+		s.fromSubmittedAt.Store(true)
+		sent = arrival
+		if ts := resp.GetSubmittedAt(); ts != nil {
+			sent = ts.AsTime().Sub(s.clock.epoch) // wall clock: the node's and ours
+		}
+	}
+	s.rec.record(arrival, arrival-sent, sent >= time.Duration(s.measureFrom.Load()))
+	if s.keys == nil {
+		return
+	}
+	if k, ok := parseKey(s.cfg.Prefix, ev.GetTaskId()); ok && k < len(s.keys) {
+		st := &s.keys[k]
+		if v := ev.GetVersion(); v > st.version.Load() {
+			st.at.Store(int64(arrival))
+			st.version.Store(v)
+		}
+	}
+}
+
+// holds reports whether the subscriber has at least the version latest[k] of every key,
+// and the latest arrival among those versions.
+func (s *subscriber) holds(latest keyVersions) (time.Duration, bool) {
+	var last time.Duration
+	for k := range latest {
+		want := latest[k].Load()
+		if want == 0 {
+			continue // never submitted
+		}
+		st := &s.keys[k]
+		if st.version.Load() < want {
+			return 0, false
+		}
+		last = max(last, time.Duration(st.at.Load()))
+	}
+	return last, true
+}

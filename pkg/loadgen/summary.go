@@ -1,0 +1,139 @@
+package loadgen
+
+import (
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+)
+
+// result turns the counters into a Result. base and final are the first node's
+// GetStatus before and after the run (final may be nil after an interrupt).
+func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
+	r := b.workload()
+	r.Interrupted = m.interrupted
+	all := newHistogram()
+	var lastMeasured time.Duration
+	for _, s := range b.subs {
+		snap := s.rec.snapshot()
+		all.Merge(snap.hist)
+		lastMeasured = max(lastMeasured, snap.lastMeasured)
+		r.Delivered += snap.measured
+		if s.fromSubmittedAt.Load() {
+			r.LatencyFrom = "submitted_at"
+		}
+		r.SubscriberResults = append(r.SubscriberResults, SubscriberResult{
+			Addr: s.addr, NodeID: s.nodeID, Delivered: snap.measured,
+			PerSec: perSecond(snap.measured, b.deliveryWindow(snap.lastMeasured, m)), Latency: summarize(snap.hist),
+		})
+	}
+	for _, p := range b.pubs {
+		r.Submitted += p.measured.Load()
+	}
+	r.Latency = summarize(all)
+	r.SubmitPerSec = perSecond(r.Submitted, b.publishWindow(m))
+	r.DeliveredPerSec = perSecond(r.Delivered, b.deliveryWindow(lastMeasured, m))
+	if final != nil {
+		d := final.minus(base)
+		r.Coalesced, r.WireEvents, r.Dropped, r.Retried = d.overridden, d.wire, d.dropped, d.replayed
+	}
+	if b.latest != nil {
+		b.convergence(r, m)
+	}
+	if m.self0 > 0 && m.self1 > m.self0 {
+		r.BenchCPUSeconds = (m.self1 - m.self0).Seconds()
+	}
+	return r
+}
+
+func (b *bench) workload() *Result {
+	c := b.cfg
+	return &Result{
+		Nodes: len(b.addrs), Spawned: c.Spawn > 0, Publishers: c.Publishers, Subscribers: len(b.subs),
+		Rate: c.Rate, Batch: c.Batch, Payload: c.Payload, Keys: c.Keys,
+		DurationSec: c.Duration.Seconds(), WarmupSec: c.Warmup.Seconds(), LatencyFrom: "payload",
+	}
+}
+
+// publishWindow is the measured publishing time: cfg.Duration, or less if interrupted.
+func (b *bench) publishWindow(m *measurement) time.Duration {
+	end := b.win.end
+	if m.interrupted {
+		end = min(end, m.drainedAt)
+	}
+	return end - b.win.measureFrom
+}
+
+// deliveryWindow is the time measured deliveries took: from the start of the measured
+// window to the last measured arrival, but at least the publishing window (a system
+// that keeps up delivers in the same time as it was offered).
+func (b *bench) deliveryWindow(lastMeasured time.Duration, m *measurement) time.Duration {
+	return max(b.publishWindow(m), lastMeasured-b.win.measureFrom)
+}
+
+func (b *bench) convergence(r *Result, m *measurement) {
+	ok := m.converged
+	r.Converged = &ok
+	if ok {
+		ms := float64(max(0, m.convergeAt-m.lastSend)) / float64(time.Millisecond)
+		r.ConvergeMs = &ms
+	}
+}
+
+// addUsage fills in the spawned nodes' resource use. cl has stopped. CPU is the
+// difference of /proc samples over the measured window and drain when both exist,
+// else the whole life of each process (from its rusage).
+func addUsage(r *Result, cl *cluster, cpu0, cpu1 []time.Duration) {
+	var total time.Duration
+	for i, ch := range cl.children {
+		cpu, rss, err := exitUsage(ch.cmd.ProcessState)
+		if err != nil {
+			continue
+		}
+		if len(cpu0) == len(cl.children) && len(cpu1) == len(cl.children) {
+			cpu = cpu1[i] - cpu0[i]
+		}
+		total += cpu
+		r.NodePeakRSSBytes = max(r.NodePeakRSSBytes, rss)
+		r.NodeResults = append(r.NodeResults, NodeResult{NodeID: ch.id, CPUSeconds: cpu.Seconds(), PeakRSSBytes: rss})
+	}
+	r.NodeCPUSeconds = total.Seconds()
+	if r.Delivered > 0 {
+		r.CPUUsPerDelivered = float64(total.Microseconds()) / float64(r.Delivered)
+	}
+}
+
+// peerCounters are the first node's counters summed over its peers.
+type peerCounters struct {
+	overridden, wire, dropped, replayed uint64
+}
+
+func countersOf(st *fanoutv1.GetStatusResponse) *peerCounters {
+	if st == nil {
+		return nil
+	}
+	c := &peerCounters{}
+	for _, p := range st.GetPeers() {
+		c.overridden += p.GetOverridden()
+		c.wire += p.GetSucceeded() + p.GetStale()
+		c.dropped += p.GetOverflow() + p.GetExpired() + p.GetPermanent()
+		c.replayed += p.GetReplayed()
+	}
+	return c
+}
+
+// minus is the difference c - base, floored at 0 per counter (a peer that was
+// removed takes its counts with it).
+func (c *peerCounters) minus(base *peerCounters) peerCounters {
+	sub := func(a, b uint64) uint64 {
+		if a < b {
+			return 0
+		}
+		return a - b
+	}
+	return peerCounters{
+		overridden: sub(c.overridden, base.overridden),
+		wire:       sub(c.wire, base.wire),
+		dropped:    sub(c.dropped, base.dropped),
+		replayed:   sub(c.replayed, base.replayed),
+	}
+}
