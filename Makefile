@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench fuzz clean
+.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare fuzz clean
 
 all: build
 
@@ -49,6 +49,11 @@ vet:
 ## bench: micro-benchmarks (not run by CI; see docs/BENCHMARKS.md)
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/...
+
+## bench-compare: fanout vs NATS core vs Eureka's pacing, side by side (~2 min;
+## installs Debian's nats-server if missing). Figures go in docs/BENCHMARKS.md.
+bench-compare:
+	bash bench/compare.sh
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
