@@ -13,8 +13,17 @@
 //     expected one.
 //   - load_test.go generates events, submits them (Submit and SubmitStream) and keeps
 //     the expected latest version of every task_id from the responses.
+//   - convergence_test.go is the convergence checker: a ledger of what every origin
+//     accepted, and the deliveries of every node across restarts and reconnects. It
+//     checks that every live node ends with the winning (version, origin) of every
+//     task, and that no Subscribe stream ever sees a version go backwards.
+//   - faults_test.go is the fault matrix of docs/RELIABILITY.md: kill -9, SIGSTOP, a
+//     slow and cut link (an in-process toxiproxy), a full inbox, a killed origin and
+//     two origins on the same tasks, each during a paced load, then healed.
 //
-// Nothing waits with time.Sleep: every wait polls a condition with a deadline.
+// Nothing waits with time.Sleep: every wait polls a condition with a deadline. (A
+// fault's duration, e.g. "stay SIGSTOPped for 3s", is a timer: it is the fault, not
+// a wait.)
 //
 // Set E2E_SIDECAR_RACE=1 to build the sidecar with -race as well; a node whose log
 // reports a data race then fails its test.

@@ -31,6 +31,9 @@ type delivery struct {
 	Stamp   stamp
 	Payload []byte
 	At      time.Time // when Recv returned it
+	// Submitted is when the origin accepted the event (SubscribeResponse.submitted_at);
+	// zero if the node did not say.
+	Submitted time.Time
 }
 
 // recorder is one open Subscribe stream on a node. A goroutine it owns receives every
@@ -120,6 +123,9 @@ func (r *recorder) receive(stream fanoutv1.FanoutService_SubscribeClient) {
 			Stamp:   stamp{Version: ev.GetVersion(), Origin: resp.GetOriginNode()},
 			Payload: ev.GetPayload(),
 			At:      time.Now(),
+		}
+		if ts := resp.GetSubmittedAt(); ts != nil {
+			d.Submitted = ts.AsTime()
 		}
 		r.mu.Lock()
 		r.all = append(r.all, d)
