@@ -14,6 +14,7 @@ type delivery struct {
 	event     *fanoutv1.Event
 	origin    string
 	submitted int64 // unix nanos at the origin
+	shared    bool  // handed to more than one subscriber: losing one copy loses nothing
 }
 
 // inboxNode is an intrusive list node: the inbox keeps FIFO order and O(1) replace.
@@ -38,6 +39,7 @@ type inbox struct {
 	head    *inboxNode            // guarded by mu; oldest
 	tail    *inboxNode            // guarded by mu; newest
 	subs    map[*subscriber]struct{}
+	gone    []*subscriber // guarded by mu: unsubscribed, their buffers not yet reclaimed
 	wake    chan struct{} // capacity 1: something to do for the pump
 	popBuf  []delivery    // owned by the pump
 	deliver atomic.Uint64 // events handed to subscriber streams
@@ -50,6 +52,7 @@ type subscriber struct {
 	prefix string
 	ch     chan delivery // bounded; the pump blocks on a slow subscriber
 	done   <-chan struct{}
+	unsent []delivery // set by the stream's cancel: taken from ch but not sent
 }
 
 // subscriberBuffer is how many events may sit between the pump and one stream. Small:
@@ -102,20 +105,73 @@ func (in *inbox) signal() {
 	}
 }
 
-// subscribe registers a stream; the returned function unregisters it.
-func (in *inbox) subscribe(prefix string, done <-chan struct{}) (*subscriber, func()) {
+// subscribe registers a stream. The returned cancel unregisters it; the stream passes
+// any event it took from its channel but could not send. What the stream did not send
+// goes back to the inbox (see reclaim).
+func (in *inbox) subscribe(prefix string, done <-chan struct{}) (*subscriber, func(unsent ...delivery)) {
 	s := &subscriber{prefix: prefix, ch: make(chan delivery, subscriberBuffer), done: done}
 	in.mu.Lock()
 	in.subs[s] = struct{}{}
 	in.nsubs.Store(int64(len(in.subs)))
 	in.mu.Unlock()
 	in.signal()
-	return s, func() {
+	return s, func(unsent ...delivery) {
 		in.mu.Lock()
 		delete(in.subs, s)
+		s.unsent = unsent
+		in.gone = append(in.gone, s)
 		in.nsubs.Store(int64(len(in.subs)))
 		in.mu.Unlock()
+		in.signal()
 	}
+}
+
+// reclaim runs on the pump: for each stream that went away, the events it still held
+// (its unsent one, then its channel, in order) go back to the head of the inbox, so the
+// next subscriber gets them. Events another stream also received are not put back, nor
+// are those whose task has a newer event waiting. The pump is the only writer of a
+// subscriber's channel and its reader has returned, so draining it here is safe.
+func (in *inbox) reclaim() {
+	in.mu.Lock()
+	gone := in.gone
+	in.gone = nil
+	in.mu.Unlock()
+	for _, s := range gone {
+		lost := s.unsent
+		for drained := false; !drained; {
+			select {
+			case d := <-s.ch:
+				lost = append(lost, d)
+			default:
+				drained = true
+			}
+		}
+		in.requeue(lost)
+	}
+}
+
+// requeue puts ds back at the head of the queue, in order, skipping shared events and
+// tasks that already have a newer event waiting. It may take the inbox past capacity by
+// at most one subscriber's buffer: those events were already admitted once.
+func (in *inbox) requeue(ds []delivery) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for i := len(ds) - 1; i >= 0; i-- {
+		d := ds[i]
+		if _, newer := in.byID[d.event.GetTaskId()]; newer || d.shared {
+			continue
+		}
+		d.shared = false
+		n := &inboxNode{d: d, next: in.head}
+		if in.head != nil {
+			in.head.prev = n
+		} else {
+			in.tail = n
+		}
+		in.head = n
+		in.byID[d.event.GetTaskId()] = n
+	}
+	in.size.Store(int64(len(in.byID)))
 }
 
 // pop takes up to popBatch events from the head, and a snapshot of the subscribers.
@@ -149,7 +205,9 @@ func (in *inbox) pop() ([]delivery, []*subscriber) {
 
 // run is the pump. It returns when ctx is done.
 func (in *inbox) run(ctx context.Context) {
+	var orphans []delivery // popped, matched a stream, but reached none (all went away)
 	for {
+		in.reclaim()
 		batch, subs := in.pop()
 		if len(batch) == 0 {
 			select {
@@ -159,21 +217,45 @@ func (in *inbox) run(ctx context.Context) {
 				return
 			}
 		}
+		orphans = orphans[:0]
 		for _, d := range batch {
-			for _, s := range subs {
-				if !strings.HasPrefix(d.event.GetTaskId(), s.prefix) {
-					continue
-				}
-				select {
-				case s.ch <- d:
-				case <-s.done: // stream went away; skip it
-				case <-ctx.Done():
-					return
-				}
+			reached, ok := in.fanOut(ctx, d, subs)
+			if !ok {
+				return
+			}
+			if !reached {
+				orphans = append(orphans, d)
 			}
 		}
+		in.requeue(orphans)
 		clear(batch) // drop references for the GC
 	}
+}
+
+// fanOut hands d to every stream of subs whose prefix matches. reached is false when
+// some stream matched but none took it (each had gone away); ok is false when ctx ended.
+func (in *inbox) fanOut(ctx context.Context, d delivery, subs []*subscriber) (reached, ok bool) {
+	matched := 0
+	for _, s := range subs {
+		if strings.HasPrefix(d.event.GetTaskId(), s.prefix) {
+			matched++
+		}
+	}
+	d.shared = matched > 1
+	took := 0
+	for _, s := range subs {
+		if !strings.HasPrefix(d.event.GetTaskId(), s.prefix) {
+			continue
+		}
+		select {
+		case s.ch <- d:
+			took++
+		case <-s.done: // stream went away; its cancel reclaims its buffer
+		case <-ctx.Done():
+			return false, false
+		}
+	}
+	return matched == 0 || took > 0, true
 }
 
 func (in *inbox) len() int         { return int(in.size.Load()) }

@@ -242,3 +242,54 @@ func TestMaxMessageBytesFitsLimits(t *testing.T) {
 		t.Fatalf("MaxMessageBytes(max) = %d, want the 1 GiB cap", got)
 	}
 }
+
+// TestInboxReclaimsWhatAStreamDidNotSend: events a stream held when it went away are
+// delivered, in order, to the next subscriber; a copy another stream also got is not
+// put back, and neither is an event whose task has a newer one waiting.
+func TestInboxReclaimsWhatAStreamDidNotSend(t *testing.T) {
+	in := newInbox(100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { in.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	gone := make(chan struct{})
+	old, leave := in.subscribe("", gone)
+	for i := range 5 {
+		in.put(delivery1(fmt.Sprintf("t%d", i), 1))
+	}
+	// The stream takes t0, fails to send it, and goes away holding t1..t4 in its buffer.
+	var first delivery
+	select {
+	case first = <-old.ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing delivered")
+	}
+	waitFor(t, "all five handed to the stream", func() bool { return in.len() == 0 && len(old.ch) == 4 })
+	in.put(delivery1("t3", 2)) // a newer t3 is waiting: the old t3 must not come back
+	close(gone)
+	leave(first)
+
+	next, leave2 := in.subscribe("", nil)
+	defer leave2()
+	var got []string
+	for len(got) < 5 {
+		select {
+		case d := <-next.ch:
+			got = append(got, fmt.Sprintf("%s@%d", d.event.TaskId, d.event.Version))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("next subscriber got only %v", got)
+		}
+	}
+	if want := "t0@1 t1@1 t2@1 t4@1 t3@2"; strings.Join(got, " ") != want {
+		t.Fatalf("next subscriber got %v, want %s", got, want)
+	}
+}
+
+func TestInboxDoesNotReclaimSharedCopies(t *testing.T) {
+	in := newInbox(100)
+	in.requeue([]delivery{{event: &fanoutv1.Event{TaskId: "a", Version: 1}, shared: true}, delivery1("b", 1)})
+	if in.len() != 1 {
+		t.Fatalf("len = %d, want only the unshared event put back", in.len())
+	}
+}

@@ -140,17 +140,19 @@ func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1
 	}
 	ctx := stream.Context()
 	sub, cancel := s.node.inbox.subscribe(prefix, ctx.Done())
-	defer cancel()
 	for {
 		select {
 		case d := <-sub.ch:
 			if err := stream.Send(d.response()); err != nil {
+				cancel(d) // not sent: it goes back to the inbox with the rest of the buffer
 				return err
 			}
 			s.node.inbox.deliver.Add(1)
 		case <-ctx.Done():
+			cancel()
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.node.Done():
+			cancel()
 			return status.Error(codes.Unavailable, "sidecar shutting down")
 		}
 	}

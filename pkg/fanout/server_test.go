@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +252,44 @@ func TestRemoteOlderThanLocalWriteIsNotDelivered(t *testing.T) {
 	if got := recv(t, sub); got.Event.TaskId != "marker" {
 		t.Fatalf("delivered %q before marker", got.Event.TaskId)
 	}
+}
+
+// TestSubscriberLeavingLosesNothingUnsent: a stream that stops reading and goes away
+// loses only what it had already handed to gRPC; everything else reaches the next
+// subscriber.
+func TestSubscriberLeavingLosesNothingUnsent(t *testing.T) {
+	tn := startTestNode(t, testConfig("b"))
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{}); err != nil { // never read
+		t.Fatal(err)
+	}
+	waitFor(t, "the first stream", func() bool { return tn.node.inbox.subscribers() == 1 })
+	const n = 1000
+	events := make([]*fanoutv1.Event, n)
+	for i := range events {
+		events[i] = &fanoutv1.Event{TaskId: fmt.Sprintf("t%04d", i), Version: 1, Payload: make([]byte, 512)}
+	}
+	resp, err := tn.peer.Replicate(context.Background(), &fanoutv1.ReplicateRequest{OriginNode: "a", Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range resp.Statuses {
+		if s != fanoutv1.ItemStatus_ITEM_STATUS_OK {
+			t.Fatalf("event %d: %s", i, s)
+		}
+	}
+	waitFor(t, "the stream's buffers to fill", func() bool { return tn.node.inbox.len() < n-subscriberBuffer })
+	cancel()
+	waitFor(t, "the first stream to go", func() bool { return tn.node.inbox.subscribers() == 0 })
+	sentToFirst := tn.node.inbox.deliver.Load()
+
+	sub := subscribe(t, tn, "")
+	seen := map[string]bool{}
+	for uint64(len(seen)) < n-sentToFirst {
+		seen[recv(t, sub).Event.TaskId] = true
+	}
+	if sentToFirst+uint64(len(seen)) != n {
+		t.Fatalf("first stream sent %d, the next got %d: %d lost", sentToFirst, len(seen), n-sentToFirst-uint64(len(seen)))
+	}
+	t.Logf("of %d events, %d were handed to the departed stream's gRPC buffers, %d reached the next subscriber", n, sentToFirst, len(seen))
 }
