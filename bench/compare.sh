@@ -54,6 +54,10 @@ run "latency@$LAT_RATE/s" fanout "${fanout[@]}" --rate "$LAT_RATE"
 run "latency@$LAT_RATE/s" eureka-pacing "${fanout[@]}" --rate "$LAT_RATE" "${eureka[@]}"
 run "hot-keys($KEYS)" nats-core "${nats[@]}" --rate 0
 run "hot-keys($KEYS)" fanout "${fanout[@]}" --rate 0 --keys "$KEYS"
+# A 50 ms coalescing window: max-batch above the key count, so the delay (not the size
+# rule) decides when a batch is due, and each key goes out at most once per window.
+run "hot-keys($KEYS)" fanout-50ms-window "${fanout[@]}" --rate 0 --keys "$KEYS" --batch 100 \
+  -- --max-batching-delay=50ms --max-batch=$((KEYS * 5))
 
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(go version | cut -d' ' -f3), $(nats-server --version)"
 echo "results: $results"
