@@ -104,33 +104,52 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 }
 
 // startDemoCluster binds every listener first (port 0), so each node knows the others'
-// peer addresses before any starts.
-func startDemoCluster(n int, log *slog.Logger) ([]*demoNode, error) {
-	appLis := make([]net.Listener, n)
-	peerLis := make([]net.Listener, n)
-	for i := range n {
-		var err error
-		if appLis[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+// peer addresses before any starts. On failure it closes whatever it opened.
+func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
+	var lis []net.Listener // app and peer listeners not yet owned by an instance
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, l := range lis {
+			if l != nil {
+				l.Close()
+			}
+		}
+		for _, dn := range nodes {
+			if dn != nil {
+				dn.inst.shutdown(context.Background())
+			}
+		}
+		nodes = nil
+	}()
+	for range 2 * n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
 			return nil, err
 		}
-		if peerLis[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return nil, err
-		}
+		lis = append(lis, l)
 	}
-	nodes := make([]*demoNode, n)
+	appLis, peerLis := lis[:n], lis[n:]
+	peerAddrs := make([]string, n)
+	for i, l := range peerLis {
+		peerAddrs[i] = l.Addr().String()
+	}
+	nodes = make([]*demoNode, n)
 	for i := range n {
 		cfg := fanout.DefaultConfig()
 		cfg.NodeID = fmt.Sprintf("node-%c", 'a'+i)
 		for j := range n {
 			if j != i {
-				cfg.Peers = append(cfg.Peers, peerLis[j].Addr().String())
+				cfg.Peers = append(cfg.Peers, peerAddrs[j])
 			}
 		}
 		inst, err := startInstance(instanceConfig{appLis: appLis[i], peerLis: peerLis[i], node: cfg, log: log.With("node", cfg.NodeID)})
 		if err != nil {
-			return nil, err
+			return nodes, err
 		}
 		nodes[i] = &demoNode{inst: inst}
+		appLis[i], peerLis[i] = nil, nil // owned by the instance now
 	}
 	return nodes, nil
 }
