@@ -61,6 +61,7 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.StringSliceVar(&c.AppAddrs, "app-addrs", nil, "app addresses of running nodes instead of --spawn: the first gets the publishers, every other one a subscriber")
 	fs.StringArrayVar(&o.serveFlags, "serve-flag", nil, "an extra serve flag for every spawned node, e.g. --serve-flag=--workers=8 (repeatable; or put them after --)")
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "SubmitStream streams on the first node, each on its own connection")
+	fs.IntVar(&c.SubscribeBatch, "subscribe-batch", c.SubscribeBatch, "subscribers' max_batch: deliveries a node may pack into one Subscribe message (1: one per message)")
 	fs.IntVar(&c.Pipeline, "pipeline", c.Pipeline, "SubmitRequests in flight per stream")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured time, after the warmup")
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time published before the measurement; its events are not measured")

@@ -138,16 +138,21 @@ func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1
 	if len(prefix) > s.node.cfg.Limits.MaxTaskIDBytes || !utf8.ValidString(prefix) {
 		return status.Errorf(codes.InvalidArgument, "task_id_prefix: must be at most %d bytes of UTF-8", s.node.cfg.Limits.MaxTaskIDBytes)
 	}
+	if mb := req.GetMaxBatch(); mb > uint32(s.node.cfg.Limits.MaxEvents) {
+		return status.Errorf(codes.InvalidArgument, "max_batch: %d, at most %d", mb, s.node.cfg.Limits.MaxEvents)
+	}
 	ctx := stream.Context()
 	sub, cancel := s.node.inbox.subscribe(prefix, ctx.Done())
+	batch := make([]delivery, 0, max(1, int(req.GetMaxBatch())))
 	for {
 		select {
 		case d := <-sub.ch:
-			if err := stream.Send(d.response()); err != nil {
-				cancel(d) // not sent: it goes back to the inbox with the rest of the buffer
+			batch = takeReady(sub.ch, append(batch[:0], d))
+			if err := stream.Send(responseOf(batch)); err != nil {
+				cancel(batch...) // not sent: back to the inbox with the rest of the buffer
 				return err
 			}
-			s.node.inbox.deliver.Add(1)
+			s.node.inbox.deliver.Add(uint64(len(batch)))
 		case <-ctx.Done():
 			cancel()
 			return status.FromContextError(ctx.Err()).Err()
@@ -156,6 +161,31 @@ func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1
 			return status.Error(codes.Unavailable, "sidecar shutting down")
 		}
 	}
+}
+
+// takeReady appends deliveries already waiting in ch, up to cap(batch), without waiting.
+func takeReady(ch <-chan delivery, batch []delivery) []delivery {
+	for len(batch) < cap(batch) {
+		select {
+		case d := <-ch:
+			batch = append(batch, d)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// responseOf is one delivery as a plain response, or several in its batch field.
+func responseOf(batch []delivery) *fanoutv1.SubscribeResponse {
+	if len(batch) == 1 {
+		return batch[0].response()
+	}
+	r := &fanoutv1.SubscribeResponse{Batch: make([]*fanoutv1.SubscribeResponse, len(batch))}
+	for i, d := range batch {
+		r.Batch[i] = d.response()
+	}
+	return r
 }
 
 func (d delivery) response() *fanoutv1.SubscribeResponse {

@@ -293,3 +293,62 @@ func TestSubscriberLeavingLosesNothingUnsent(t *testing.T) {
 	}
 	t.Logf("of %d events, %d were handed to the departed stream's gRPC buffers, %d reached the next subscriber", n, sentToFirst, len(seen))
 }
+
+func TestSubscribeBatches(t *testing.T) {
+	tn := startTestNode(t, testConfig("b"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{MaxBatch: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream", func() bool { return tn.node.inbox.subscribers() == 1 })
+	const n = 300
+	events := make([]*fanoutv1.Event, n)
+	for i := range events {
+		events[i] = &fanoutv1.Event{TaskId: fmt.Sprintf("t%04d", i), Version: 1}
+	}
+	if _, err := tn.peer.Replicate(context.Background(), &fanoutv1.ReplicateRequest{OriginNode: "a", Events: events}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	largest := 0
+	for len(got) < n {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		items := r.GetBatch()
+		if len(items) == 0 {
+			items = []*fanoutv1.SubscribeResponse{r}
+		} else if r.GetEvent() != nil {
+			t.Fatal("a batched response also set its own event")
+		}
+		if len(items) > 50 {
+			t.Fatalf("batch of %d, max_batch is 50", len(items))
+		}
+		largest = max(largest, len(items))
+		for _, it := range items {
+			if it.GetOriginNode() != "a" || it.GetSubmittedAt() != nil && it.GetSubmittedAt().AsTime().IsZero() {
+				t.Fatalf("bad delivery %v", it)
+			}
+			got = append(got, it.GetEvent().GetTaskId())
+		}
+	}
+	for i, id := range got {
+		if id != events[i].TaskId {
+			t.Fatalf("delivery %d is %s, want %s (order)", i, id, events[i].TaskId)
+		}
+	}
+	if largest < 2 {
+		t.Fatalf("300 waiting events never came batched (largest %d)", largest)
+	}
+	if d := tn.node.inbox.deliver.Load(); d != n {
+		t.Fatalf("delivered counter %d, want %d (counts events, not messages)", d, n)
+	}
+	big, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{MaxBatch: 10001})
+	if err == nil {
+		_, err = big.Recv()
+	}
+	wantInvalid(t, err, "max_batch")
+}

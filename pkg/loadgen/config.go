@@ -28,6 +28,10 @@ type Config struct {
 	// Publishers is the number of SubmitStream streams on the first node. 1: one
 	// pipelined stream already outruns a 2-core cluster.
 	Publishers int
+	// SubscribeBatch is the subscribers' SubscribeRequest.max_batch (--subscribe-batch):
+	// how many waiting deliveries a node may pack into one message. 1 is the plain
+	// one-event-per-message stream; 256 is what a high-throughput app would ask for.
+	SubscribeBatch int
 	// Pipeline is how many SubmitRequests one stream keeps in flight (--pipeline).
 	// 16: enough to hide a loopback round trip at the default batch.
 	Pipeline int
@@ -76,18 +80,20 @@ type Config struct {
 // field.
 func DefaultConfig() Config {
 	return Config{
-		Spawn:        3,
-		Publishers:   1,
-		Pipeline:     16,
-		Duration:     10 * time.Second,
-		Warmup:       time.Second,
-		Rate:         10000,
-		Payload:      100,
-		Batch:        10,
-		DrainTimeout: 10 * time.Second,
-		ReadyTimeout: 15 * time.Second,
-		StopTimeout:  15 * time.Second,
-		Interval:     time.Second,
+		Spawn:      3,
+		Publishers: 1,
+		// 1 by default: measure the plain stream every app gets unless it opts in.
+		SubscribeBatch: 1,
+		Pipeline:       16,
+		Duration:       10 * time.Second,
+		Warmup:         time.Second,
+		Rate:           10000,
+		Payload:        100,
+		Batch:          10,
+		DrainTimeout:   10 * time.Second,
+		ReadyTimeout:   15 * time.Second,
+		StopTimeout:    15 * time.Second,
+		Interval:       time.Second,
 	}
 }
 
@@ -111,6 +117,7 @@ func (c *Config) validate() error {
 	check(c.Spawn > 0 || len(c.AppAddrs) > 0, "give --spawn N or --app-addrs a,b,...")
 	check(c.Spawn == 0 || c.Binary != "", "loadgen: Config.Binary is required with --spawn")
 	check(c.Publishers >= 1, "--publishers must be >= 1, got %d", c.Publishers)
+	check(c.SubscribeBatch >= 1 && c.SubscribeBatch <= maxBatch, "--subscribe-batch must be 1..%d, got %d", maxBatch, c.SubscribeBatch)
 	check(c.Pipeline >= 1, "--pipeline must be >= 1, got %d", c.Pipeline)
 	check(c.Duration > 0, "--duration must be > 0, got %s", c.Duration)
 	check(c.Warmup >= 0, "--warmup must be >= 0, got %s", c.Warmup)

@@ -36,7 +36,7 @@ type subscriber struct {
 // run subscribes and records until ctx is done. The stream is opened before run
 // returns from its first Recv, so callers confirm the subscription with GetStatus.
 func (s *subscriber) run(ctx context.Context) error {
-	stream, err := s.client.Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix})
+	stream, err := s.client.Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix, MaxBatch: uint32(s.cfg.SubscribeBatch)})
 	if err != nil {
 		return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 	}
@@ -48,7 +48,14 @@ func (s *subscriber) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 		}
-		s.observe(resp, s.clock.since())
+		arrival := s.clock.since()
+		if batch := resp.GetBatch(); len(batch) > 0 {
+			for _, r := range batch {
+				s.observe(r, arrival)
+			}
+			continue
+		}
+		s.observe(resp, arrival)
 	}
 }
 

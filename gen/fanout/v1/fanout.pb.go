@@ -438,7 +438,12 @@ func (x *PeerAck) GetDetail() string {
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// task_id_prefix filters the stream; empty means every event.
-	TaskIdPrefix  string `protobuf:"bytes,1,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
+	TaskIdPrefix string `protobuf:"bytes,1,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
+	// max_batch lets the sidecar pack up to this many deliveries into one response's
+	// `batch` when several are already waiting (it never waits to fill one). 0 or 1:
+	// one delivery per response, in `event`/`origin_node`/`submitted_at`. At most
+	// 10000. Batching cuts the per-message cost of a busy stream several-fold.
+	MaxBatch      uint32 `protobuf:"varint,2,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -480,13 +485,23 @@ func (x *SubscribeRequest) GetTaskIdPrefix() string {
 	return ""
 }
 
+func (x *SubscribeRequest) GetMaxBatch() uint32 {
+	if x != nil {
+		return x.MaxBatch
+	}
+	return 0
+}
+
 type SubscribeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Event *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
 	// origin_node is the node_id of the sidecar the event was submitted to.
 	OriginNode string `protobuf:"bytes,2,opt,name=origin_node,json=originNode,proto3" json:"origin_node,omitempty"`
 	// submitted_at is when the origin sidecar accepted the event.
-	SubmittedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	// batch holds several deliveries, in order, when the request set max_batch > 1 and
+	// more than one was waiting; the fields above are then empty. Entries never nest.
+	Batch         []*SubscribeResponse `protobuf:"bytes,4,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +553,13 @@ func (x *SubscribeResponse) GetOriginNode() string {
 func (x *SubscribeResponse) GetSubmittedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.SubmittedAt
+	}
+	return nil
+}
+
+func (x *SubscribeResponse) GetBatch() []*SubscribeResponse {
+	if x != nil {
+		return x.Batch
 	}
 	return nil
 }
@@ -872,14 +894,16 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\aPeerAck\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.fanout.v1.PeerAckStateR\x05state\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"8\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"U\n" +
 	"\x10SubscribeRequest\x12$\n" +
-	"\x0etask_id_prefix\x18\x01 \x01(\tR\ftaskIdPrefix\"\x9b\x01\n" +
+	"\x0etask_id_prefix\x18\x01 \x01(\tR\ftaskIdPrefix\x12\x1b\n" +
+	"\tmax_batch\x18\x02 \x01(\rR\bmaxBatch\"\xcf\x01\n" +
 	"\x11SubscribeResponse\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.fanout.v1.EventR\x05event\x12\x1f\n" +
 	"\vorigin_node\x18\x02 \x01(\tR\n" +
 	"originNode\x12=\n" +
-	"\fsubmitted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\"\x12\n" +
+	"\fsubmitted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\x122\n" +
+	"\x05batch\x18\x04 \x03(\v2\x1c.fanout.v1.SubscribeResponseR\x05batch\"\x12\n" +
 	"\x10GetStatusRequest\"\xaf\x01\n" +
 	"\x11GetStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12+\n" +
@@ -970,20 +994,21 @@ var file_fanout_v1_fanout_proto_depIdxs = []int32{
 	1,  // 6: fanout.v1.PeerAck.state:type_name -> fanout.v1.PeerAckState
 	2,  // 7: fanout.v1.SubscribeResponse.event:type_name -> fanout.v1.Event
 	13, // 8: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
-	10, // 9: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
-	3,  // 10: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
-	3,  // 11: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
-	6,  // 12: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
-	8,  // 13: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
-	4,  // 14: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
-	4,  // 15: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
-	7,  // 16: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
-	9,  // 17: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 9: fanout.v1.SubscribeResponse.batch:type_name -> fanout.v1.SubscribeResponse
+	10, // 10: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
+	3,  // 11: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
+	3,  // 12: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
+	6,  // 13: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
+	8,  // 14: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
+	4,  // 15: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
+	4,  // 16: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
+	7,  // 17: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
+	9,  // 18: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_fanout_proto_init() }
