@@ -44,6 +44,23 @@ func BenchmarkVersionTable(b *testing.B) {
 	}
 }
 
+// BenchmarkVersionTableChurn admits ever-new task_ids into a full table, as an origin
+// taking unique keys does: every admit evicts the least recently used entry.
+func BenchmarkVersionTableChurn(b *testing.B) {
+	const capacity = versionShards * 1000
+	ids := benchIDs(4 * capacity)
+	vt := newVersionTable(capacity)
+	accept := func() bool { return true }
+	for i := range capacity {
+		vt.admit(ids[i], stamp{version: 1, origin: "a"}, accept)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		vt.admit(ids[(capacity+i)%len(ids)], stamp{version: uint64(i + 2), origin: "a"}, accept)
+	}
+}
+
 // BenchmarkInbox measures put then pop of events through the inbox (one subscriber),
 // with unique task_ids and with hot ones that coalesce.
 func BenchmarkInbox(b *testing.B) {

@@ -3,6 +3,8 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,7 +101,7 @@ func TestVersionTableBoundedLRU(t *testing.T) {
 	}
 	total := 0
 	for i := range vt.shards {
-		total += vt.shards[i].lru.Len()
+		total += len(vt.shards[i].byID)
 	}
 	if total > versionShards*2 {
 		t.Fatalf("table holds %d task_ids, bound is %d", total, versionShards*2)
@@ -110,6 +112,36 @@ func TestVersionTableBoundedLRU(t *testing.T) {
 	vt.record("t999", stamp{0, "z"}) // older: ignored
 	if s, _ := vt.get("t999"); s != (stamp{1, "a"}) {
 		t.Fatalf("older record replaced newer: %v", s)
+	}
+}
+
+// TestVersionShardLRU checks the recency list against a naive model: the least
+// recently set task_id is the one evicted, and the list and map always agree.
+func TestVersionShardLRU(t *testing.T) {
+	sh := &versionShard{max: 3, byID: map[string]*versionNode{}}
+	var model []string // most recent first
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 5000 {
+		id := fmt.Sprintf("k%d", rng.IntN(6))
+		sh.set(id, stamp{version: uint64(step)})
+		model = slices.DeleteFunc(model, func(m string) bool { return m == id })
+		model = append([]string{id}, model...)
+		if len(model) > 3 {
+			model = model[:3]
+		}
+		var got []string
+		for n := sh.head; n != nil; n = n.next {
+			got = append(got, n.taskID)
+			if sh.byID[n.taskID] != n {
+				t.Fatalf("step %d: list node %s not in the map", step, n.taskID)
+			}
+		}
+		if !slices.Equal(got, model) || len(sh.byID) != len(model) {
+			t.Fatalf("step %d: list %v (map %d), want %v", step, got, len(sh.byID), model)
+		}
+		if s, ok := sh.peek(id); !ok || s.version != uint64(step) {
+			t.Fatalf("step %d: peek(%s) = %v %v", step, id, s, ok)
+		}
 	}
 }
 

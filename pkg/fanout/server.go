@@ -176,24 +176,36 @@ func takeReady(ch <-chan delivery, batch []delivery) []delivery {
 	return batch
 }
 
-// responseOf is one delivery as a plain response, or several in its batch field.
+// responseOf is one delivery as a plain response, or several in its batch field. The
+// batch's messages and timestamps come from two slabs: two allocations per message
+// instead of two per event.
 func responseOf(batch []delivery) *fanoutv1.SubscribeResponse {
 	if len(batch) == 1 {
 		return batch[0].response()
 	}
+	items := make([]fanoutv1.SubscribeResponse, len(batch))
+	stamps := make([]timestamppb.Timestamp, len(batch))
 	r := &fanoutv1.SubscribeResponse{Batch: make([]*fanoutv1.SubscribeResponse, len(batch))}
 	for i, d := range batch {
-		r.Batch[i] = d.response()
+		d.fill(&items[i], &stamps[i])
+		r.Batch[i] = &items[i]
 	}
 	return r
 }
 
 func (d delivery) response() *fanoutv1.SubscribeResponse {
-	r := &fanoutv1.SubscribeResponse{Event: d.event, OriginNode: d.origin}
-	if d.submitted != 0 {
-		r.SubmittedAt = &timestamppb.Timestamp{Seconds: d.submitted / 1e9, Nanos: int32(d.submitted % 1e9)}
-	}
+	r := &fanoutv1.SubscribeResponse{}
+	d.fill(r, &timestamppb.Timestamp{})
 	return r
+}
+
+// fill writes d into r, using ts for submitted_at.
+func (d delivery) fill(r *fanoutv1.SubscribeResponse, ts *timestamppb.Timestamp) {
+	r.Event, r.OriginNode = d.event, d.origin
+	if d.submitted != 0 {
+		ts.Seconds, ts.Nanos = d.submitted/1e9, int32(d.submitted%1e9)
+		r.SubmittedAt = ts
+	}
 }
 
 // GetStatus implements FanoutService.GetStatus.

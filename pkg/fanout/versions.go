@@ -3,8 +3,6 @@ package fanout
 import (
 	"hash/maphash"
 	"sync"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // versionShards spreads the version table over independently locked shards so that
@@ -31,22 +29,81 @@ type versionTable struct {
 	shards [versionShards]versionShard
 }
 
+// versionShard is one lock's worth of the table: a map plus an intrusive
+// recency list, most recent first. Invariant: len(byID) == number of list nodes <= max.
+// When full, the least recent node is recycled for the new task_id, so an origin that
+// takes unique task_ids all day allocates nothing here once the table is full
+// (hashicorp/golang-lru, used before, allocated an entry per new key:
+// BenchmarkVersionTableChurn in docs/BENCHMARKS.md).
 type versionShard struct {
-	mu  sync.Mutex
-	lru *simplelru.LRU[string, stamp] // guarded by mu
+	mu         sync.Mutex
+	max        int                     // immutable
+	byID       map[string]*versionNode // guarded by mu
+	head, tail *versionNode            // guarded by mu; head is the most recent
+}
+
+type versionNode struct {
+	taskID     string
+	s          stamp
+	prev, next *versionNode
 }
 
 func newVersionTable(capacity int) *versionTable {
 	per := max(1, capacity/versionShards)
 	t := &versionTable{seed: maphash.MakeSeed()}
 	for i := range t.shards {
-		lru, err := simplelru.NewLRU[string, stamp](per, nil)
-		if err != nil {
-			panic(err) // only for per <= 0, which max() rules out
-		}
-		t.shards[i].lru = lru
+		t.shards[i].max = per
+		t.shards[i].byID = make(map[string]*versionNode)
 	}
 	return t
+}
+
+// peek returns the stamp of taskID without touching recency. Caller holds mu.
+func (sh *versionShard) peek(taskID string) (stamp, bool) {
+	if n, ok := sh.byID[taskID]; ok {
+		return n.s, true
+	}
+	return stamp{}, false
+}
+
+// set stores s for taskID and makes it the most recent. Caller holds mu.
+func (sh *versionShard) set(taskID string, s stamp) {
+	n, ok := sh.byID[taskID]
+	switch {
+	case ok:
+		sh.unlink(n)
+	case len(sh.byID) >= sh.max:
+		n = sh.tail // evict the least recent and reuse its node
+		sh.unlink(n)
+		delete(sh.byID, n.taskID)
+		n.taskID = taskID
+		sh.byID[taskID] = n
+	default:
+		n = &versionNode{taskID: taskID}
+		sh.byID[taskID] = n
+	}
+	n.s = s
+	n.next, n.prev = sh.head, nil
+	if sh.head != nil {
+		sh.head.prev = n
+	} else {
+		sh.tail = n
+	}
+	sh.head = n
+}
+
+func (sh *versionShard) unlink(n *versionNode) {
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		sh.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		sh.tail = n.prev
+	}
+	n.prev, n.next = nil, nil
 }
 
 func (t *versionTable) shard(taskID string) *versionShard {
@@ -59,8 +116,8 @@ func (t *versionTable) record(taskID string, s stamp) {
 	sh := t.shard(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if cur, ok := sh.lru.Get(taskID); !ok || s.newerThan(cur) {
-		sh.lru.Add(taskID, s)
+	if cur, ok := sh.peek(taskID); !ok || s.newerThan(cur) {
+		sh.set(taskID, s)
 	}
 }
 
@@ -81,13 +138,13 @@ func (t *versionTable) admit(taskID string, s stamp, put func() bool) admitResul
 	sh := t.shard(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if cur, ok := sh.lru.Peek(taskID); ok && !s.newerThan(cur) {
+	if cur, ok := sh.peek(taskID); ok && !s.newerThan(cur) {
 		return stale
 	}
 	if !put() {
 		return busy
 	}
-	sh.lru.Add(taskID, s)
+	sh.set(taskID, s)
 	return admitted
 }
 
@@ -96,5 +153,5 @@ func (t *versionTable) get(taskID string) (stamp, bool) {
 	sh := t.shard(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.lru.Peek(taskID)
+	return sh.peek(taskID)
 }
