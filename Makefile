@@ -16,8 +16,8 @@ build:
 	$(GO) build -o bin/sidecar ./cmd/sidecar
 
 ## demo: a local 3-node cluster under live load (Ctrl-C to stop)
-demo:
-	$(GO) run ./cmd/sidecar demo
+demo: build
+	bin/sidecar demo
 
 ## test: everything CI checks — format, vet, proto lint, generated code is current,
 ## and every test (unit, handler, fuzz seeds, end-to-end) with the race detector
