@@ -39,12 +39,26 @@
 // task_id in place, like a batcher's pending. A single pump goroutine moves events, in
 // order, to every Subscribe stream whose prefix matches. With nobody subscribed, events
 // wait; when the inbox is full, Replicate answers BUSY, and the sender pauses and
-// retries: a slow app pushes back on its peers instead of losing events.
+// retries: a slow app pushes back on its peers instead of losing events. A stream that
+// asked for max_batch > 1 gets the deliveries already waiting packed into one message.
+// When a stream ends, what it had not sent (its buffer, a failed send) goes back to the
+// head of the inbox for the next subscriber; only what gRPC already accepted is gone.
+//
+// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: before its
+// events are offered, the ackLedger registers one waiter per (peer, task_id) and the
+// purgatory (package purgatory) watches the op under the same keys, with its deadline
+// (ack_timeout, capped below the call's deadline) on a timing wheel (package
+// timingwheel). Every batcher reports each task's fate through OnFinal; the ledger
+// settles the waiters that need that version or older (OK and STALE acknowledge,
+// overflow, expiry and removal drop, a permanent error fails) and asks the purgatory to
+// check the key. The op completes once the policy is met, can no longer be met, or its
+// deadline passes; a cancelled call cancels it. With no waiters the ledger costs one
+// atomic load per fate.
 //
 // # Goroutines
 //
-// New starts the inbox pump and run (which drops self-links); each batcher starts its
-// own acceptor and workers. Close cancels and waits for all of them, then closes the
+// New starts the inbox pump, run (which drops self-links) and the timing wheel's
+// driver (asleep while no ack waits); each batcher starts its own acceptor and workers. Close cancels and waits for all of them, then closes the
 // batchers and connections. Drain marks the node draining and waits for the batchers to
 // empty. Status and the Prometheus Collector read atomics and batcher Stats, so neither
 // adds work to the hot path.
