@@ -253,8 +253,10 @@ func watch(ctx context.Context, nodes []*demoNode, out io.Writer) {
 func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prevDelivered []uint64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "LINK\tSENT/S\tPENDING\tIN-FLIGHT\tCOALESCED\tRETRIED\t")
-	for _, n := range nodes {
+	statuses := make([]*fanoutv1.GetStatusResponse, len(nodes))
+	for i, n := range nodes {
 		st := n.inst.node.Status()
+		statuses[i] = st
 		for _, p := range st.GetPeers() {
 			key := st.GetNodeId() + "→" + p.GetAddress()
 			peer := p.GetNodeId()
@@ -271,8 +273,7 @@ func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prev
 	fmt.Fprintln(tw, "NODE\tDELIVERED/S\tINBOX\t\t\t\t")
 	for i, n := range nodes {
 		d := n.delivered.Load()
-		st := n.inst.node.Status()
-		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.inst.node.ID(), d-prevDelivered[i], st.GetInbox())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.inst.node.ID(), d-prevDelivered[i], statuses[i].GetInbox())
 		prevDelivered[i] = d
 	}
 	tw.Flush()

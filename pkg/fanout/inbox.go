@@ -42,6 +42,7 @@ type inbox struct {
 	gone    []*subscriber // guarded by mu: unsubscribed, their buffers not yet reclaimed
 	wake    chan struct{} // capacity 1: something to do for the pump
 	popBuf  []delivery    // owned by the pump
+	subBuf  []*subscriber // owned by the pump: the subscriber snapshot of the last pop
 	deliver atomic.Uint64 // events handed to subscriber streams
 	size    atomic.Int64  // mirror of len(byID) for lock-free Status
 	nsubs   atomic.Int64
@@ -195,11 +196,11 @@ func (in *inbox) pop() ([]delivery, []*subscriber) {
 		in.head.prev = nil
 	}
 	in.size.Store(int64(len(in.byID)))
-	subs := make([]*subscriber, 0, len(in.subs))
+	subs := in.subBuf[:0]
 	for s := range in.subs {
 		subs = append(subs, s)
 	}
-	in.popBuf = out
+	in.popBuf, in.subBuf = out, subs
 	return out, subs
 }
 
@@ -228,7 +229,8 @@ func (in *inbox) run(ctx context.Context) {
 			}
 		}
 		in.requeue(orphans)
-		clear(batch) // drop references for the GC
+		clear(batch) // drop references for the GC, including departed streams
+		clear(subs)
 	}
 }
 

@@ -55,7 +55,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, kv := range gauges(st) {
 			ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(kv.v), l.addr, kv.k)
 		}
-		ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, 1, l.addr, l.status().Breaker)
+		ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, 1, l.addr, l.br.State().String())
 		ch <- prometheus.MustNewConstMetric(c.peersTotal, prometheus.GaugeValue, 1, l.addr)
 	}
 	ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(c.node.inbox.len()))

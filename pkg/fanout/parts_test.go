@@ -77,6 +77,14 @@ func TestHLCConcurrentUnique(t *testing.T) {
 	}
 }
 
+// get returns the stamp held for taskID (tests only).
+func (t *versionTable) get(taskID string) (stamp, bool) {
+	sh := t.shard(taskID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.peek(taskID)
+}
+
 func TestStampOrder(t *testing.T) {
 	cases := []struct {
 		a, b stamp

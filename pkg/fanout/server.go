@@ -67,23 +67,19 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 		if err := s.node.precheck(req); err != nil {
 			return toStatus(err)
 		}
-		if !s.node.WaitsForAcks(req) {
-			resp, err := s.node.submitChecked(ctx, req)
-			if err == nil {
-				err = w.send(resp)
-			}
-			if err != nil {
-				return toStatus(err)
-			}
-			continue
-		}
-		if err := w.start(ctx, func() error {
+		submit := func() error {
 			resp, err := s.node.submitChecked(ctx, req)
 			if err != nil {
 				return err
 			}
 			return w.send(resp)
-		}); err != nil {
+		}
+		if !s.node.WaitsForAcks(req) {
+			err = submit() // QUEUED: answered in order, as read
+		} else {
+			err = w.start(ctx, submit) // waits for acks: answered on completion
+		}
+		if err != nil {
 			return toStatus(err)
 		}
 	}

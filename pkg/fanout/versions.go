@@ -147,11 +147,3 @@ func (t *versionTable) admit(taskID string, s stamp, put func() bool) admitResul
 	sh.set(taskID, s)
 	return admitted
 }
-
-// get returns the stamp held for taskID.
-func (t *versionTable) get(taskID string) (stamp, bool) {
-	sh := t.shard(taskID)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.peek(taskID)
-}
