@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -307,14 +308,20 @@ func (w *wake) stop() {
 }
 
 // statCells hold the published Stats, one atomic per field, so that Stats never
-// waits for the acceptor.
+// waits for the acceptor. seq makes a snapshot consistent (a seqlock): the one
+// writer at a time (New, then the acceptor, then finish after it stopped) makes it odd
+// while storing, and a reader retries until it read every field between two equal,
+// even values. Without it a reader could pair this step's Accepted with the last
+// step's Pending.
 type statCells struct {
+	seq                                                          atomic.Uint64
 	accepted, overridden, overflow, expired, replayed, succeeded atomic.Uint64
 	congestion, transient, permanent, stale                      atomic.Uint64
 	reprocessQueue, pending, inFlight, idleWorkers               atomic.Uint64
 }
 
 func (c *statCells) store(s Stats) {
+	c.seq.Add(1) // odd: a store is in progress
 	c.accepted.Store(s.Accepted)
 	c.overridden.Store(s.Overridden)
 	c.overflow.Store(s.Overflow)
@@ -329,9 +336,25 @@ func (c *statCells) store(s Stats) {
 	c.pending.Store(s.Pending)
 	c.inFlight.Store(s.InFlight)
 	c.idleWorkers.Store(s.IdleWorkers)
+	c.seq.Add(1) // even: consistent again
 }
 
+// load returns one consistent snapshot.
 func (c *statCells) load() Stats {
+	for {
+		before := c.seq.Load()
+		if before&1 == 1 {
+			runtime.Gosched() // the acceptor is mid-store; it takes nanoseconds
+			continue
+		}
+		s := c.read()
+		if c.seq.Load() == before {
+			return s
+		}
+	}
+}
+
+func (c *statCells) read() Stats {
 	return Stats{
 		Accepted: c.accepted.Load(), Overridden: c.overridden.Load(),
 		Overflow: c.overflow.Load(), Expired: c.expired.Load(),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -466,5 +467,67 @@ func TestLogEvery(t *testing.T) {
 				t.Errorf("add = %d, %v; want %d, %v", total, ok, tc.wantTotal, tc.wantOK)
 			}
 		})
+	}
+}
+
+// TestStatsSnapshotsAreConsistent reads Stats while tasks flow and checks, on every
+// snapshot, that each accepted task is pending, in flight, waiting for reprocess, or
+// has exactly one fate. A snapshot mixing two acceptor steps breaks it.
+func TestStatsSnapshotsAreConsistent(t *testing.T) {
+	var retried sync.Map // values whose batch already failed once
+	p := ProcessorFunc[int](func(_ context.Context, batch []Task[int]) Result {
+		if v := batch[0].Value; v%3 == 0 {
+			if _, again := retried.LoadOrStore(v, true); !again {
+				return Result{Class: Congestion} // once: the reprocess queue and Replayed move
+			}
+		}
+		return okResult(len(batch))
+	})
+	b, _ := newTestBatcher(t, p, func(c *Config[int]) {
+		c.MaxBuffer, c.MaxBatch = 64, 8
+		c.CongestionRetryDelay = 0
+	})
+	stop := make(chan struct{})
+	bad := make(chan Stats, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s := b.Stats()
+			placed := s.Pending + s.InFlight + s.ReprocessQueue
+			fated := s.Succeeded + s.Stale + s.Overridden + s.Overflow + s.Expired + s.Permanent
+			if s.Accepted != placed+fated {
+				select {
+				case bad <- s:
+				default:
+				}
+				return
+			}
+		}
+	}()
+	for i := range 20000 {
+		if err := b.Offer(context.Background(), []Task[int]{{ID: strconv.Itoa(i % 100), Value: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case s := <-bad:
+		t.Fatalf("inconsistent snapshot: accepted %d != pending %d + in flight %d + reprocess %d + fates %d: %+v",
+			s.Accepted, s.Pending, s.InFlight, s.ReprocessQueue,
+			s.Succeeded+s.Stale+s.Overridden+s.Overflow+s.Expired+s.Permanent, s)
+	default:
 	}
 }
