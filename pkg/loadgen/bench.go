@@ -209,3 +209,14 @@ func (b *bench) makePublishers() error {
 	}
 	return nil
 }
+
+// withoutDeadline returns a context that ends when ctx ends but carries no deadline.
+// A stream opened with ctx itself would send ctx's deadline to the node, whose timer
+// can fire a moment before ours: the stream then fails with DEADLINE_EXCEEDED while
+// ctx.Err() is still nil, and the planned end of a run looks like an error. With this
+// context the bench ends its streams itself, after ctx is done.
+func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	return c, func() { stop(); cancel() }
+}

@@ -81,7 +81,7 @@ func newPublisher(index int, cfg *Config, client fanoutv1.FanoutServiceClient, c
 
 // run publishes until the window ends and every response is in, or ctx is done.
 func (p *publisher) run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := withoutDeadline(ctx)
 	defer cancel()
 	stream, err := p.client.SubmitStream(ctx)
 	if err != nil {

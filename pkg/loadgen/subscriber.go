@@ -36,7 +36,9 @@ type subscriber struct {
 // run subscribes and records until ctx is done. The stream is opened before run
 // returns from its first Recv, so callers confirm the subscription with GetStatus.
 func (s *subscriber) run(ctx context.Context) error {
-	stream, err := s.client.Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix, MaxBatch: uint32(s.cfg.SubscribeBatch)})
+	streamCtx, cancel := withoutDeadline(ctx)
+	defer cancel()
+	stream, err := s.client.Subscribe(streamCtx, &fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix, MaxBatch: uint32(s.cfg.SubscribeBatch)})
 	if err != nil {
 		return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 	}
