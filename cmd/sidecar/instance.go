@@ -109,6 +109,7 @@ func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*gr
 	})
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
+		peers.BufferPoolServerOption(),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)),
 		grpc.ChainStreamInterceptor(m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)),
 	)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fanout/fanout/pkg/peers"
 	"net"
 	"os/exec"
 	"strings"
@@ -208,6 +209,7 @@ func dialApp(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		peers.BufferPoolDialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: time.Second,

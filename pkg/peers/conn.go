@@ -71,6 +71,7 @@ func Dial(addr string, opts Options) (*Conn, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: maxDelay}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
+		BufferPoolDialOption(),
 	}, opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
