@@ -140,11 +140,14 @@ func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1
 	ctx := stream.Context()
 	sub, cancel := s.node.inbox.subscribe(prefix, ctx.Done())
 	batch := make([]delivery, 0, max(1, int(req.GetMaxBatch())))
+	var out responder
 	for {
 		select {
 		case d := <-sub.ch:
 			batch = takeReady(sub.ch, append(batch[:0], d))
-			if err := stream.Send(responseOf(batch)); err != nil {
+			err := stream.Send(out.of(batch))
+			out.reset()
+			if err != nil {
 				cancel(batch...) // not sent: back to the inbox with the rest of the buffer
 				return err
 			}
@@ -172,32 +175,51 @@ func takeReady(ch <-chan delivery, batch []delivery) []delivery {
 	return batch
 }
 
-// responseOf is one delivery as a plain response, or several in its batch field. The
-// batch's messages and timestamps come from two slabs: two allocations per message
-// instead of two per event.
-func responseOf(batch []delivery) *fanoutv1.SubscribeResponse {
-	if len(batch) == 1 {
-		return batch[0].response()
-	}
-	items := make([]fanoutv1.SubscribeResponse, len(batch))
-	stamps := make([]timestamppb.Timestamp, len(batch))
-	r := &fanoutv1.SubscribeResponse{Batch: make([]*fanoutv1.SubscribeResponse, len(batch))}
-	for i, d := range batch {
-		d.fill(&items[i], &stamps[i])
-		r.Batch[i] = &items[i]
-	}
-	return r
+// responder builds one stream's responses in memory it reuses: Send has encoded a
+// message when it returns, so the next one can overwrite it. A stream allocates its
+// slabs once instead of a message and a timestamp per event (GC was the top of a
+// saturated receiver's profile). grpc-go warns that stats handlers and tracing may read
+// a sent message lazily; the sidecar installs neither (its metrics are interceptors
+// that count messages), and a test sends through reused memory and checks every event.
+type responder struct {
+	top    fanoutv1.SubscribeResponse
+	stamp  timestamppb.Timestamp
+	items  []fanoutv1.SubscribeResponse
+	stamps []timestamppb.Timestamp
+	ptrs   []*fanoutv1.SubscribeResponse
 }
 
-func (d delivery) response() *fanoutv1.SubscribeResponse {
-	r := &fanoutv1.SubscribeResponse{}
-	d.fill(r, &timestamppb.Timestamp{})
-	return r
+// of is one delivery as a plain response, or several in its batch field.
+func (r *responder) of(batch []delivery) *fanoutv1.SubscribeResponse {
+	if len(batch) == 1 {
+		batch[0].fill(&r.top, &r.stamp)
+		return &r.top
+	}
+	if cap(r.items) < len(batch) {
+		r.items = make([]fanoutv1.SubscribeResponse, len(batch))
+		r.stamps = make([]timestamppb.Timestamp, len(batch))
+		r.ptrs = make([]*fanoutv1.SubscribeResponse, len(batch))
+	}
+	r.ptrs = r.ptrs[:len(batch)]
+	for i, d := range batch {
+		d.fill(&r.items[i], &r.stamps[i])
+		r.ptrs[i] = &r.items[i]
+	}
+	r.top.Batch = r.ptrs
+	return &r.top
+}
+
+// reset drops the last response's references to events, keeping the memory.
+func (r *responder) reset() {
+	r.top.Reset()
+	for i := range r.ptrs {
+		r.items[i].Reset()
+	}
 }
 
 // fill writes d into r, using ts for submitted_at.
 func (d delivery) fill(r *fanoutv1.SubscribeResponse, ts *timestamppb.Timestamp) {
-	r.Event, r.OriginNode = d.event, d.origin
+	r.Event, r.OriginNode, r.SubmittedAt = d.event, d.origin, nil
 	if d.submitted != 0 {
 		ts.Seconds, ts.Nanos = d.submitted/1e9, int32(d.submitted%1e9)
 		r.SubmittedAt = ts
