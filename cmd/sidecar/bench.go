@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/fanout/fanout/pkg/loadgen"
@@ -16,6 +17,7 @@ type benchOptions struct {
 	cfg        loadgen.Config
 	serveFlags []string
 	json       bool
+	cpuProfile string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -70,6 +72,7 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.IntVar(&c.Payload, "payload", c.Payload, "payload bytes per event (the first 8 carry the send time)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "events per SubmitRequest")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "after the last submit, wait at most this long for the subscribers to catch up")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench client's own CPU profile here (the nodes' profiles are on their admin ports: /debug/pprof/profile)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON line at the end instead of the table (live lines go to stderr)")
 }
 
@@ -86,6 +89,17 @@ func runBench(ctx context.Context, o benchOptions, cmd *cobra.Command) error {
 	o.cfg.Live = out
 	if o.json {
 		o.cfg.Live = cmd.ErrOrStderr()
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := loadgen.Run(ctx, o.cfg)
 	if err != nil {
