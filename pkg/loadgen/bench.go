@@ -65,18 +65,18 @@ func newBench(cfg *Config, addrs []string) (*bench, error) {
 	if cfg.Keys > 0 {
 		b.latest = make(keyVersions, cfg.Keys)
 	}
-	clients := make([]fanoutv1.FanoutServiceClient, len(addrs))
+	conns := make([]*grpc.ClientConn, len(addrs))
 	for i, a := range addrs {
 		cc, err := b.dial(a)
 		if err != nil {
 			b.close()
 			return nil, err
 		}
-		clients[i] = fanoutv1.NewFanoutServiceClient(cc)
+		conns[i] = cc
 	}
-	b.first = clients[0]
-	for i, c := range clients[1:] {
-		b.subs = append(b.subs, &subscriber{addr: addrs[i+1], client: c, cfg: cfg, clock: b.clock, rec: newRecorder()})
+	b.first = fanoutv1.NewFanoutServiceClient(conns[0])
+	for i, cc := range conns[1:] {
+		b.subs = append(b.subs, &subscriber{addr: addrs[i+1], client: fanoutv1.NewFanoutServiceClient(cc), cc: cc, cfg: cfg, clock: b.clock, rec: newRecorder()})
 	}
 	return b, nil
 }

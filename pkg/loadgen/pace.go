@@ -1,9 +1,10 @@
 package loadgen
 
 import (
+	"bytes"
 	"encoding/binary"
+	"math"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -42,17 +43,23 @@ func taskID(prefix string, keys int, seq int64, publisher, publishers int) strin
 }
 
 // parseKey returns the hot-key index of a task_id made by taskID, or false.
-func parseKey(prefix, id string) (int, bool) {
-	rest, ok := strings.CutPrefix(id, prefix)
+func parseKey(prefix string, id []byte) (int, bool) {
+	rest, ok := bytes.CutPrefix(id, []byte(prefix))
 	if !ok {
 		return 0, false
 	}
-	rest, ok = strings.CutPrefix(rest, "k")
-	if !ok {
+	rest, ok = bytes.CutPrefix(rest, []byte("k"))
+	if !ok || len(rest) == 0 {
 		return 0, false
 	}
-	k, err := strconv.Atoi(rest)
-	return k, err == nil && k >= 0
+	k := 0
+	for _, c := range rest { // decimal digits only, as keyID writes them
+		if c < '0' || c > '9' || k > (math.MaxInt-9)/10 {
+			return 0, false
+		}
+		k = k*10 + int(c-'0')
+	}
+	return k, true
 }
 
 // stampBytes is the size of the send-time stamp at the start of a payload.

@@ -90,13 +90,13 @@ func TestTaskIDAndParseKey(t *testing.T) {
 			if id != tc.want {
 				t.Fatalf("taskID = %q, want %q", id, tc.want)
 			}
-			if k, ok := parseKey(prefix, id); ok != tc.isKey || k != tc.wantKey {
+			if k, ok := parseKey(prefix, []byte(id)); ok != tc.isKey || k != tc.wantKey {
 				t.Fatalf("parseKey(%q) = %d, %v; want %d, %v", id, k, ok, tc.wantKey, tc.isKey)
 			}
 		})
 	}
 	for _, bad := range []string{"other/k1", prefix + "kx", prefix + "k-1", prefix + "p1-2", prefix} {
-		if k, ok := parseKey(prefix, bad); ok {
+		if k, ok := parseKey(prefix, []byte(bad)); ok {
 			t.Errorf("parseKey(%q) = %d, true; want false", bad, k)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/grpc"
 )
 
 // keyState is the latest version of one hot key a subscriber has received, and when.
@@ -22,6 +23,7 @@ type keyState struct {
 type subscriber struct {
 	addr, nodeID string
 	client       fanoutv1.FanoutServiceClient
+	cc           grpc.ClientConnInterface // for the raw Subscribe stream
 	cfg          *Config
 	clock        clock
 	// measureFrom is the offset from the epoch where measurement starts; earlier
@@ -38,47 +40,50 @@ type subscriber struct {
 func (s *subscriber) run(ctx context.Context) error {
 	streamCtx, cancel := withoutDeadline(ctx)
 	defer cancel()
-	stream, err := s.client.Subscribe(streamCtx, &fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix, MaxBatch: uint32(s.cfg.SubscribeBatch)})
+	// The stream reads raw frames (lean.go): the generated client would decode them.
+	desc := &fanoutv1.FanoutService_ServiceDesc.Streams[1]
+	stream, err := s.cc.NewStream(streamCtx, desc, fanoutv1.FanoutService_Subscribe_FullMethodName, grpc.ForceCodecV2(leanCodec{}))
+	if err == nil {
+		err = stream.SendMsg(&fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix, MaxBatch: uint32(s.cfg.SubscribeBatch)})
+	}
+	if err == nil {
+		err = stream.CloseSend()
+	}
 	if err != nil {
 		return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 	}
+	var frame rawFrame
 	for {
-		resp, err := stream.Recv()
-		if err != nil {
+		if err := stream.RecvMsg(&frame); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 		}
 		arrival := s.clock.since()
-		if batch := resp.GetBatch(); len(batch) > 0 {
-			for _, r := range batch {
-				s.observe(r, arrival)
-			}
-			continue
+		if err := eachDelivery(frame.b, func(d *delivered) { s.observe(d, arrival) }); err != nil {
+			return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 		}
-		s.observe(resp, arrival)
 	}
 }
 
 // observe records one event that arrived at offset arrival.
-func (s *subscriber) observe(resp *fanoutv1.SubscribeResponse, arrival time.Duration) {
-	ev := resp.GetEvent()
-	sent, ok := readStamp(ev.GetPayload())
+func (s *subscriber) observe(d *delivered, arrival time.Duration) {
+	sent, ok := readStamp(d.payload)
 	if !ok {
 		s.fromSubmittedAt.Store(true)
 		sent = arrival
-		if ts := resp.GetSubmittedAt(); ts != nil {
-			sent = ts.AsTime().Sub(s.clock.epoch) // wall clock: the node's and ours
+		if d.submitted != 0 {
+			sent = time.Unix(0, d.submitted).Sub(s.clock.epoch) // wall clock: the node's and ours
 		}
 	}
 	s.rec.record(arrival, arrival-sent, sent >= time.Duration(s.measureFrom.Load()))
 	if s.keys == nil {
 		return
 	}
-	if k, ok := parseKey(s.cfg.Prefix, ev.GetTaskId()); ok && k < len(s.keys) {
+	if k, ok := parseKey(s.cfg.Prefix, d.taskID); ok && k < len(s.keys) {
 		st := &s.keys[k]
-		if v := ev.GetVersion(); v > st.version.Load() {
+		if v := d.version; v > st.version.Load() {
 			st.at.Store(int64(arrival))
 			st.version.Store(v)
 		}

@@ -58,9 +58,9 @@ func event(id string, version uint64, stamp time.Duration, payload int) *fanoutv
 
 func TestObserve(t *testing.T) {
 	s := testSubscriber(2)
-	s.observe(event("b/k0", 10, 500*time.Millisecond, 100), 502*time.Millisecond)   // warmup
-	s.observe(event("b/k0", 20, 1500*time.Millisecond, 100), 1503*time.Millisecond) // measured, 3 ms
-	s.observe(event("b/k0", 15, 1500*time.Millisecond, 100), 1600*time.Millisecond) // older version: not the latest
+	observeMsg(t, s, event("b/k0", 10, 500*time.Millisecond, 100), 502*time.Millisecond)   // warmup
+	observeMsg(t, s, event("b/k0", 20, 1500*time.Millisecond, 100), 1503*time.Millisecond) // measured, 3 ms
+	observeMsg(t, s, event("b/k0", 15, 1500*time.Millisecond, 100), 1600*time.Millisecond) // older version: not the latest
 	snap := s.rec.snapshot()
 	if snap.total != 3 || snap.measured != 2 {
 		t.Fatalf("total %d measured %d, want 3 and 2", snap.total, snap.measured)
@@ -80,7 +80,7 @@ func TestObserveWithoutStampUsesSubmittedAt(t *testing.T) {
 	s := testSubscriber(0)
 	ev := event("b/p0-1", 1, 0, 4)
 	ev.SubmittedAt = timestamppb.New(s.clock.epoch.Add(2 * time.Second))
-	s.observe(ev, 2*time.Second+7*time.Millisecond)
+	observeMsg(t, s, ev, 2*time.Second+7*time.Millisecond)
 	snap := s.rec.snapshot()
 	if !s.fromSubmittedAt.Load() || snap.measured != 1 {
 		t.Fatalf("fromSubmittedAt %v measured %d", s.fromSubmittedAt.Load(), snap.measured)
@@ -95,11 +95,11 @@ func TestHolds(t *testing.T) {
 	latest := make(keyVersions, 3)
 	latest.raise(0, 10)
 	latest.raise(1, 20) // key 2 was never submitted
-	s.observe(event("b/k0", 10, 0, 8), 5*time.Millisecond)
+	observeMsg(t, s, event("b/k0", 10, 0, 8), 5*time.Millisecond)
 	if _, ok := s.holds(latest); ok {
 		t.Fatal("holds without key 1")
 	}
-	s.observe(event("b/k1", 20, 0, 8), 9*time.Millisecond)
+	observeMsg(t, s, event("b/k1", 20, 0, 8), 9*time.Millisecond)
 	at, ok := s.holds(latest)
 	if !ok || at != 9*time.Millisecond {
 		t.Fatalf("holds = %s, %v; want 9ms, true", at, ok)

@@ -1,0 +1,120 @@
+package loadgen
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// observeMsg sends resp through the wire format and the bench's raw reader, as a
+// subscriber's stream does.
+func observeMsg(t *testing.T, s *subscriber, resp *fanoutv1.SubscribeResponse, arrival time.Duration) {
+	t.Helper()
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eachDelivery(b, func(d *delivered) { s.observe(d, arrival) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flatten is what the raw reader must find in r: its own event, or its batch's.
+func flatten(r *fanoutv1.SubscribeResponse) []*fanoutv1.SubscribeResponse {
+	var out []*fanoutv1.SubscribeResponse
+	for _, it := range r.GetBatch() {
+		out = append(out, flatten(it)...)
+	}
+	if r.GetEvent() != nil {
+		out = append(out, r)
+	}
+	return out
+}
+
+// checkAgainstProto compares the raw reader with the protobuf decoder on b.
+func checkAgainstProto(t *testing.T, b []byte) {
+	var want fanoutv1.SubscribeResponse
+	if err := proto.Unmarshal(b, &want); err != nil {
+		return // not a message; eachDelivery may say anything but must not panic
+	}
+	var got []delivered
+	if err := eachDelivery(b, func(d *delivered) { got = append(got, *d) }); err != nil {
+		t.Fatalf("eachDelivery: %v on a message protobuf decodes", err)
+	}
+	flat := flatten(&want)
+	if len(got) != len(flat) {
+		t.Fatalf("%d deliveries, protobuf has %d", len(got), len(flat))
+	}
+	for i, w := range flat {
+		g := got[i]
+		var sub int64
+		if ts := w.GetSubmittedAt(); ts != nil {
+			sub = ts.GetSeconds()*1e9 + int64(ts.GetNanos())
+		}
+		if string(g.taskID) != w.GetEvent().GetTaskId() || !bytes.Equal(g.payload, w.GetEvent().GetPayload()) ||
+			g.version != w.GetEvent().GetVersion() || g.submitted != sub {
+			t.Fatalf("delivery %d: got %q %x v%d at %d; protobuf has %v", i, g.taskID, g.payload, g.version, g.submitted, w)
+		}
+	}
+}
+
+func TestEachDeliveryMatchesProtobuf(t *testing.T) {
+	ts := timestamppb.New(time.Unix(1700000000, 123456789))
+	single := &fanoutv1.SubscribeResponse{
+		Event:      &fanoutv1.Event{TaskId: "t1", Payload: []byte("abc"), Version: 7, Attributes: map[string]string{"k": "v"}},
+		OriginNode: "a", SubmittedAt: ts,
+	}
+	batch := &fanoutv1.SubscribeResponse{Batch: []*fanoutv1.SubscribeResponse{
+		single,
+		{Event: &fanoutv1.Event{TaskId: "t2", Version: 1<<63 + 5}, OriginNode: "b"}, // no payload, no time
+		{Event: &fanoutv1.Event{TaskId: "t3", Payload: make([]byte, 300)}, SubmittedAt: timestamppb.New(time.Unix(-5, 1))},
+	}}
+	for name, m := range map[string]*fanoutv1.SubscribeResponse{"single": single, "batch": batch, "empty": {}} {
+		t.Run(name, func(t *testing.T) {
+			b, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAgainstProto(t, b)
+		})
+	}
+	if err := eachDelivery([]byte{0x0a, 0x05, 0x01}, func(*delivered) {}); err == nil {
+		t.Fatal("a truncated event was accepted")
+	}
+}
+
+func TestLeanCodecCopiesTheFrame(t *testing.T) {
+	buf := []byte{1, 2, 3}
+	var f rawFrame
+	if err := (leanCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(buf)}, &f); err != nil {
+		t.Fatal(err)
+	}
+	buf[0] = 9 // gRPC reuses its buffer once Unmarshal returns
+	if !bytes.Equal(f.b, []byte{1, 2, 3}) {
+		t.Fatalf("frame %v aliases gRPC's buffer", f.b)
+	}
+	if err := (leanCodec{}).Unmarshal(nil, &fanoutv1.SubscribeResponse{}); err == nil {
+		t.Fatal("unmarshal into a message type was accepted")
+	}
+}
+
+// FuzzEachDelivery: on any bytes the raw reader does not panic, and on every message
+// protobuf decodes it finds the same deliveries. The seeds are real responses.
+func FuzzEachDelivery(f *testing.F) {
+	for _, m := range []*fanoutv1.SubscribeResponse{
+		{Event: &fanoutv1.Event{TaskId: "x", Payload: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Version: 3}, SubmittedAt: timestamppb.Now()},
+		{Batch: []*fanoutv1.SubscribeResponse{{Event: &fanoutv1.Event{TaskId: "a"}}, {Event: &fanoutv1.Event{TaskId: "b", Version: 2}}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = eachDelivery(b, func(*delivered) {})
+		checkAgainstProto(t, b)
+	})
+}
