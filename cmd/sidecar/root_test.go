@@ -13,6 +13,7 @@ func TestEnvName(t *testing.T) {
 	for flag, want := range map[string]string{
 		"node-id":                     "FANOUT_NODE_ID",
 		"max-batching-delay":          "FANOUT_MAX_BATCHING_DELAY",
+		"batch-idle-flush":            "FANOUT_BATCH_IDLE_FLUSH",
 		"network-failure-retry-delay": "FANOUT_NETWORK_FAILURE_RETRY_DELAY",
 	} {
 		if got := envName(flag); got != want {
@@ -24,6 +25,7 @@ func TestEnvName(t *testing.T) {
 func TestServeFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("FANOUT_MAX_BATCH", "17")
 	t.Setenv("FANOUT_MAX_BATCHING_DELAY", "250ms")
+	t.Setenv("FANOUT_BATCH_IDLE_FLUSH", "20ms")
 	t.Setenv("FANOUT_NODE_ID", "from-env")
 	o := defaultServeOptions()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
@@ -36,6 +38,9 @@ func TestServeFlagsFromEnvironment(t *testing.T) {
 	}
 	if o.node.Batcher.MaxBatch != 17 || o.node.Batcher.MaxBatchingDelay != 250*time.Millisecond {
 		t.Fatalf("env not applied: max-batch %d delay %s", o.node.Batcher.MaxBatch, o.node.Batcher.MaxBatchingDelay)
+	}
+	if o.node.Batcher.IdleFlush != 20*time.Millisecond {
+		t.Fatalf("env not applied: batch-idle-flush %s", o.node.Batcher.IdleFlush)
 	}
 	if o.node.NodeID != "from-flag" {
 		t.Fatalf("node id %q: a flag on the command line must win over FANOUT_NODE_ID", o.node.NodeID)

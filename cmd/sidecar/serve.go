@@ -52,6 +52,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&b.MaxBuffer, "max-buffer", b.MaxBuffer, "pending events per peer before the oldest is evicted (Eureka's maxElementsInPeerReplicationPool)")
 	fs.IntVar(&b.MaxBatch, "max-batch", b.MaxBatch, "events per Replicate call (Eureka's BATCH_SIZE)")
 	fs.DurationVar(&b.MaxBatchingDelay, "max-batching-delay", b.MaxBatchingDelay, "how long the oldest event may wait for a fuller batch (0: send at once; Eureka uses 500ms)")
+	fs.DurationVar(&b.IdleFlush, "batch-idle-flush", b.IdleFlush, "with --max-batching-delay > 0: send a waiting batch early once no new event has arrived for this long (0: off; Eureka has no such rule)")
 	fs.IntVar(&b.Workers, "workers", b.Workers, "concurrent Replicate calls per peer")
 	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY (seed 000)")
 	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached (seed 000: a dead peer deserves the longer pause)")

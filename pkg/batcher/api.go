@@ -115,8 +115,15 @@ type Config[T any] struct {
 	// task has waited this long. Default 0: an idle worker takes whatever is pending
 	// at once (Eureka waits 500ms, which puts that latency on every event).
 	MaxBatchingDelay time.Duration
-	// Workers is the number of concurrent sends to this peer. Default 8, a placeholder
-	// until the benchmark picks one (Eureka uses 20).
+	// IdleFlush (ours): with MaxBatchingDelay > 0, a batch is also due once no new
+	// task has arrived through Offer for this long. The submissions went quiet, so
+	// waiting longer can coalesce nothing more: sustained load keeps the whole
+	// window, and the tail after a burst goes out after IdleFlush instead of
+	// MaxBatchingDelay. Retries are not arrivals. No effect when MaxBatchingDelay
+	// is 0. Default 0: off, Eureka's pacing exactly (Eureka has no such rule).
+	IdleFlush time.Duration
+	// Workers is the number of concurrent sends to this peer. Default 8, chosen by
+	// BenchmarkPipeline (docs/BENCHMARKS.md); Eureka uses 20.
 	Workers int
 	// CongestionRetryDelay pauses the peer after congestion. Default 100ms (seed 000).
 	CongestionRetryDelay time.Duration

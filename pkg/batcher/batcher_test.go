@@ -170,6 +170,49 @@ func TestBatcherRetriesAfterCongestion(t *testing.T) {
 	}
 }
 
+// TestBatcherIdleFlush goes through the real acceptor goroutine: with a window of an
+// hour, only the idle-flush wake-up (nextWake's timer) can send the batch, and
+// nothing else happens after the Offer to wake the acceptor.
+func TestBatcherIdleFlush(t *testing.T) {
+	p := newChanProcessor()
+	b, sink := newTestBatcher(t, p, func(c *Config[int]) {
+		c.Workers, c.MaxBatchingDelay, c.IdleFlush = 1, time.Hour, time.Millisecond
+	})
+	offer(t, b, tk("a", 1), tk("b", 2), tk("a", 3)) // a:3 coalesces into a's slot
+	first := p.next(t)                              // waitTimeout, not an hour
+	if got := taskStrings(first.tasks); strings.Join(got, ",") != "a:3,b:2" {
+		t.Errorf("first batch = %q, want a:3,b:2", got)
+	}
+	first.reply <- okResult(2)
+	offer(t, b, tk("c", 4)) // the timer is armed again for the next tail
+	second := p.next(t)
+	if got := taskStrings(second.tasks); strings.Join(got, ",") != "c:4" {
+		t.Errorf("second batch = %q, want c:4", got)
+	}
+	second.reply <- okResult(1)
+	drain(t, b)
+	f := sink.snapshot()
+	if f.only(1) != FateOverridden || f.only(2) != FateSucceeded || f.only(3) != FateSucceeded || f.only(4) != FateSucceeded {
+		t.Errorf("fates = %v", f)
+	}
+}
+
+// TestBatcherNoIdleFlushKeepsTheWindow is the control: without IdleFlush the same
+// Offer waits out the window. A send within the short wait is a bug, never a flake.
+func TestBatcherNoIdleFlushKeepsTheWindow(t *testing.T) {
+	p := newChanProcessor()
+	b, _ := newTestBatcher(t, p, func(c *Config[int]) { c.Workers, c.MaxBatchingDelay = 1, time.Hour })
+	offer(t, b, tk("a", 1))
+	select {
+	case c := <-p.calls:
+		t.Fatalf("sent %q before the window ended", taskStrings(c.tasks))
+	case <-time.After(50 * time.Millisecond):
+	}
+	if s := b.Stats(); s.Pending != 1 || s.InFlight != 0 {
+		t.Errorf("stats = %+v, want a pending", s)
+	}
+}
+
 func TestBatcherInFlightExclusion(t *testing.T) {
 	p := newChanProcessor()
 	b, _ := newTestBatcher(t, p, nil) // two workers
@@ -411,6 +454,8 @@ func TestNew(t *testing.T) {
 		{"AcceptorQueue", func(c *Config[int]) { c.AcceptorQueue = 0 }, p, "batcher: AcceptorQueue must be > 0, got 0"},
 		{"MaxBatchingDelay", func(c *Config[int]) { c.MaxBatchingDelay = -1 }, p,
 			"batcher: MaxBatchingDelay must be >= 0, got -1ns"},
+		{"IdleFlush", func(c *Config[int]) { c.IdleFlush = -time.Millisecond }, p,
+			"batcher: IdleFlush must be >= 0, got -1ms"},
 		{"CongestionRetryDelay", func(c *Config[int]) { c.CongestionRetryDelay = -time.Second }, p,
 			"batcher: CongestionRetryDelay must be >= 0, got -1s"},
 		{"NetworkFailureRetryDelay", func(c *Config[int]) { c.NetworkFailureRetryDelay = -time.Second }, p,
@@ -435,7 +480,7 @@ func TestNew(t *testing.T) {
 
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig[string]()
-	if c.MaxBuffer != 10000 || c.MaxBatch != 250 || c.MaxBatchingDelay != 0 || c.Workers != 8 ||
+	if c.MaxBuffer != 10000 || c.MaxBatch != 250 || c.MaxBatchingDelay != 0 || c.IdleFlush != 0 || c.Workers != 8 ||
 		c.CongestionRetryDelay != 100*time.Millisecond || c.NetworkFailureRetryDelay != time.Second ||
 		c.AcceptorQueue != 1024 || c.Now == nil || c.Logger == nil || c.OnFinal != nil || c.Gate != nil {
 		t.Errorf("DefaultConfig = %+v", c)

@@ -18,9 +18,12 @@ func DefaultConfig[T any]() Config[T] {
 		// Ours: an idle worker sends at once. Under load the workers are busy and
 		// batches grow by themselves; Eureka's 500ms put that latency on every event.
 		MaxBatchingDelay: 0,
-		// A placeholder until the benchmark picks one. Eureka uses 20 threads per
-		// peer, which a 2-core pod cannot use; 8 keeps a slow round trip from
-		// stalling a peer while bounding what in-flight exclusion has to skip.
+		// Off: with a batching delay set, this reproduces Eureka's pacing exactly
+		// (Eureka has no such rule). It matters only once MaxBatchingDelay > 0.
+		IdleFlush: 0,
+		// Measured (BenchmarkPipeline, docs/BENCHMARKS.md): the loopback plateau
+		// starts at 4; 8 leaves headroom for a LAN round trip. Eureka uses 20 threads
+		// per peer, which a 2-core pod cannot use.
 		Workers: 8,
 		// Seed 000: a busy peer recovers quickly, so pause briefly.
 		CongestionRetryDelay: 100 * time.Millisecond,
@@ -79,6 +82,7 @@ func (c *Config[T]) validateDelays() error {
 		v    time.Duration
 	}{
 		{"MaxBatchingDelay", c.MaxBatchingDelay},
+		{"IdleFlush", c.IdleFlush},
 		{"CongestionRetryDelay", c.CongestionRetryDelay},
 		{"NetworkFailureRetryDelay", c.NetworkFailureRetryDelay},
 	} {

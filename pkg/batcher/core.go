@@ -25,6 +25,7 @@ type core[T any] struct {
 	maxBuffer int           // Invariant: len(pending) <= maxBuffer
 	maxBatch  int           // Invariant: 0 < maxBatch <= maxBuffer
 	delay     time.Duration // MaxBatchingDelay
+	idleFlush time.Duration // IdleFlush; used only while delay > 0
 	gate      Gate          // may be nil
 	onFinal   func(*Task[T], Fate)
 	log       rateLog
@@ -47,6 +48,9 @@ type core[T any] struct {
 	// idle counts workers without a batch. Invariant: 0 <= idle <= Workers.
 	idle   int
 	shaper shaper
+	// lastAccept is the now of the last accept that took a task; zero: none yet.
+	// The idle-flush rule (ours) measures from it.
+	lastAccept time.Time
 
 	free  *holder[T]  // recycled holders, linked by next
 	spare []*batch[T] // recycled batches; at most Workers
@@ -59,6 +63,7 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		maxBuffer: cfg.MaxBuffer,
 		maxBatch:  cfg.MaxBatch,
 		delay:     cfg.MaxBatchingDelay,
+		idleFlush: cfg.IdleFlush,
 		gate:      cfg.Gate,
 		onFinal:   cfg.OnFinal,
 		log:       rateLog{logger: cfg.Logger, interval: time.Second},
@@ -74,6 +79,9 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 // accept is step 2 for the tasks of one Offer. tasks belongs to the caller and is
 // only read.
 func (c *core[T]) accept(tasks []Task[T], now time.Time) {
+	if len(tasks) > 0 {
+		c.lastAccept = now
+	}
 	c.st.Accepted += uint64(len(tasks))
 	for i := range tasks {
 		c.acceptOne(&tasks[i], now)
@@ -174,7 +182,9 @@ func (c *core[T]) hold(now time.Time) time.Duration {
 }
 
 // due reports whether a batch is due: MaxBatch tasks are ready, or the oldest ready
-// task has waited MaxBatchingDelay (at once when the delay is 0).
+// task has waited MaxBatchingDelay (at once when the delay is 0), or (ours, when
+// IdleFlush > 0) no task has been accepted for IdleFlush: the submissions went
+// quiet, so waiting longer can coalesce nothing more.
 func (c *core[T]) due(now time.Time) bool {
 	ready := c.order.n - c.parked
 	switch {
@@ -182,8 +192,23 @@ func (c *core[T]) due(now time.Time) bool {
 		return false
 	case ready >= c.maxBatch || c.delay <= 0:
 		return true
+	case c.idleFlush > 0 && now.Sub(c.lastAccept) >= c.idleFlush:
+		return true
 	}
 	return now.Sub(c.firstReady().arrived) >= c.delay
+}
+
+// dueAt is when the passing of time alone makes due true, for a core with fewer
+// than MaxBatch ready tasks (at least one) and a delay > 0: when the oldest ready
+// task has waited MaxBatchingDelay or, if earlier, IdleFlush after the last accept.
+func (c *core[T]) dueAt() time.Time {
+	at := c.firstReady().arrived.Add(c.delay)
+	if c.idleFlush > 0 {
+		if quiet := c.lastAccept.Add(c.idleFlush); quiet.Before(at) {
+			at = quiet
+		}
+	}
+	return at
 }
 
 // firstReady is the oldest holder that is not parked. It walks past at most parked
@@ -360,8 +385,10 @@ func (c *core[T]) stopAll() {
 }
 
 // nextWake reports when assign may next have work although nothing else happens:
-// at the end of a hold, or when the oldest ready task becomes due. It reports false
-// when only a completion can help (no idle worker, or nothing ready).
+// at the end of a hold, or when a batch becomes due (the oldest ready task has
+// waited MaxBatchingDelay, or the submissions have been quiet for IdleFlush,
+// whichever comes first). It reports false when only a completion can help (no
+// idle worker, or nothing ready).
 func (c *core[T]) nextWake(now time.Time) (time.Duration, bool) {
 	if c.idle == 0 || c.order.n == c.parked {
 		return 0, false
@@ -372,7 +399,7 @@ func (c *core[T]) nextWake(now time.Time) (time.Duration, bool) {
 	if c.due(now) {
 		return 0, true
 	}
-	return c.firstReady().arrived.Add(c.delay).Sub(now), true
+	return c.dueAt().Sub(now), true
 }
 
 // empty reports whether no task is queued, pending or in flight.

@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -288,6 +289,122 @@ func TestCoreAssign(t *testing.T) {
 	}
 }
 
+func TestCoreIdleFlush(t *testing.T) {
+	const delay, idle = 500 * time.Millisecond, 100 * time.Millisecond
+	withIdle := func(c *Config[int]) { c.MaxBatchingDelay, c.IdleFlush = delay, idle }
+	for _, tc := range []ruleCase{{
+		name: "due once no task has been accepted for IdleFlush",
+		cfg:  withIdle,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2))
+			h.advance(idle - 1)
+			got := h.assign()
+			h.advance(1)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantStats:   Stats{Accepted: 2},
+	}, {
+		name: "measured from the last accept, not the oldest task",
+		cfg:  withIdle,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(60 * time.Millisecond)
+			h.offer(tk("b", 2))
+			h.advance(idle - 1) // a has waited 159ms, but b came 99ms ago
+			got := h.assign()
+			h.advance(1)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantStats:   Stats{Accepted: 2},
+	}, {
+		name: "not due while tasks keep arriving within IdleFlush: the window holds",
+		cfg:  withIdle,
+		run: func(h *harness) [][]string {
+			var got [][]string
+			h.offer(tk("k0", 0))
+			for i := 1; i <= 5; i++ { // one task every 90ms, up to 450ms
+				h.advance(90 * time.Millisecond)
+				got = append(got, h.assign()...)
+				h.offer(tk(fmt.Sprintf("k%d", i), i))
+			}
+			h.advance(50*time.Millisecond - 1) // just before 500ms: neither rule yet
+			got = append(got, h.assign()...)
+			h.advance(1) // 500ms: the delay, 50ms after the last accept
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"k0:0", "k1:1", "k2:2", "k3:3", "k4:4", "k5:5"}},
+		wantStats:   Stats{Accepted: 6},
+	}, {
+		name: "an override is an arrival",
+		cfg:  withIdle,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(60 * time.Millisecond)
+			h.offer(tk("a", 2))
+			h.advance(60 * time.Millisecond)
+			got := h.assign()
+			h.advance(40 * time.Millisecond)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:2"}},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 2, Overridden: 1},
+	}, {
+		name: "off when IdleFlush is 0: the whole delay",
+		cfg:  func(c *Config[int]) { c.MaxBatchingDelay = delay },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(delay - 1)
+			got := h.assign()
+			h.advance(1)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}},
+		wantStats:   Stats{Accepted: 1},
+	}, {
+		name: "no effect when MaxBatchingDelay is 0: sent at once",
+		cfg:  func(c *Config[int]) { c.IdleFlush = time.Hour },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			return h.assign()
+		},
+		wantBatches: [][]string{{"a:1"}},
+		wantStats:   Stats{Accepted: 1},
+	}, {
+		name: "a full batch is still due at once",
+		cfg:  func(c *Config[int]) { withIdle(c); c.MaxBatch = 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2), tk("c", 3))
+			got := h.assign()
+			h.advance(idle)
+			h.ok(0)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}, {"c:3"}},
+		wantFates:   map[int]Fate{1: FateSucceeded, 2: FateSucceeded},
+		wantStats:   Stats{Accepted: 3, Succeeded: 2},
+	}, {
+		name: "a retry is no arrival: it goes out when the pause ends",
+		cfg:  func(c *Config[int]) { withIdle(c); c.CongestionRetryDelay = 30 * time.Millisecond },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1))
+			h.advance(idle)
+			got := h.assign()
+			h.complete(0, Result{Class: Congestion})
+			h.advance(30*time.Millisecond - 1)
+			got = append(got, h.assign()...)
+			h.advance(1)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1"}, {"a:1"}},
+		wantStats:   Stats{Accepted: 1, Replayed: 1, Congestion: 1},
+	}} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 func TestCoreInFlightExclusion(t *testing.T) {
 	for _, tc := range []ruleCase{{
 		name: "a newer version waits in place until the batch completes",
@@ -540,6 +657,32 @@ func TestCoreNextWake(t *testing.T) {
 			h.offer(tk("a", 1))
 			h.advance(30 * time.Millisecond)
 		}, 70 * time.Millisecond, true},
+		{"the idle flush comes first", func(c *Config[int]) {
+			c.MaxBatchingDelay, c.IdleFlush = delay, 20*time.Millisecond
+		}, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.advance(30 * time.Millisecond)
+			h.offer(tk("b", 2))
+			h.advance(5 * time.Millisecond)
+		}, 15 * time.Millisecond, true},
+		{"the head's delay comes first", func(c *Config[int]) {
+			c.MaxBatchingDelay, c.IdleFlush = delay, 50*time.Millisecond
+		}, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.advance(60 * time.Millisecond)
+			h.offer(tk("b", 2))
+			h.advance(10 * time.Millisecond)
+		}, 30 * time.Millisecond, true},
+		{"a pause outlasts the idle flush", func(c *Config[int]) {
+			c.MaxBatchingDelay, c.IdleFlush, c.Workers = delay, 50*time.Millisecond, 2
+		}, func(h *harness) {
+			h.offer(tk("a", 1))
+			h.advance(50 * time.Millisecond)
+			h.assign()
+			h.offer(tk("b", 2))
+			h.complete(0, Result{Class: Congestion}) // pause until 150ms; idle flush at 100ms
+			h.advance(20 * time.Millisecond)
+		}, 80 * time.Millisecond, true},
 		{"the pause ends", nil, func(h *harness) {
 			h.offer(tk("a", 1))
 			h.assign()

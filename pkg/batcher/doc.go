@@ -41,9 +41,12 @@ completions, Drain requests and one timer, and after each event runs one step:
     whether to hold; if so, assign nothing and set the timer for the end of the hold.
   - Step 4: while a worker is idle and a batch is due, pop up to MaxBatch holders
     from the head and hand them to that worker. A batch is due when MaxBatch tasks
-    are ready or the oldest ready one has waited MaxBatchingDelay. Expired tasks are
-    dropped on the way (FateExpired). If nothing is due yet, the timer is set for
-    when the head will be.
+    are ready or the oldest ready one has waited MaxBatchingDelay. With
+    MaxBatchingDelay > 0 and IdleFlush > 0 (ours), a batch is also due once no new
+    task has been accepted for IdleFlush: the submissions went quiet, so waiting
+    longer can coalesce nothing more. Expired tasks are dropped on the way
+    (FateExpired). If nothing is due yet, the timer is set for when a batch will be:
+    the head's MaxBatchingDelay or the idle flush, whichever comes first.
 
 The acceptor hands out work only to a worker that is idle (lazy dispatch), so the
 batch channel never fills and a task waits in pending, where it can still be
@@ -108,6 +111,14 @@ idempotent; Offer afterwards returns ErrStopped.
     every 10ms, and there is no single-item work queue.
   - The age that MaxBatchingDelay measures is the slot's, kept across overrides and
     retries, so a hot task_id at the head cannot postpone a batch forever.
+  - Idle flush (ours, off by default): with a coalescing window
+    (MaxBatchingDelay > 0), IdleFlush > 0 sends a waiting batch early once no new
+    task has been accepted for IdleFlush. Sustained load keeps the whole window and
+    coalesces as before; the tail after a burst goes out after IdleFlush instead of
+    waiting out the window, so convergence after the publisher stops takes
+    IdleFlush + transit rather than window + transit. Handed-back tasks are not new
+    arrivals: after a pause they go out as soon as the pause ends if the submissions
+    are already quiet. Off (0), the pacing is exactly Eureka's.
 
 # Testing
 

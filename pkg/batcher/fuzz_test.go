@@ -23,20 +23,28 @@ func (r *fuzzReader) done() bool { return len(r.data) == 0 }
 // FuzzBatcher decodes the input into a configuration and a sequence of operations
 // on the core, and checks the invariants after each one: pending within MaxBuffer,
 // no ID pending twice, no in-flight ID handed out again, and in the end exactly one
-// fate for every task.
+// fate for every task. After each assign, nextWake must name exactly the moment
+// the core next has work (the end of a hold, or a batch becoming due by
+// MaxBatchingDelay or the idle flush).
 func FuzzBatcher(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{3, 2, 1, 0, 0, 3, 1, 2, 3, 1, 2, 0, 2, 0, 0, 2, 1, 1})
 	f.Add([]byte{1, 0, 2, 1, 0, 4, 0, 0, 0, 0, 0, 1, 0, 2, 2, 1, 3, 9, 1, 0, 3})
 	f.Add([]byte{7, 3, 3, 0, 8, 0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 5, 3, 40, 0, 2, 2, 2, 1, 2, 0, 4})
+	// IdleFlush 15ms under a 40ms window: offers, short advances, assigns, retries.
+	f.Add([]byte{5, 3, 2, 5, 0, 2, 1, 2, 3, 1, 3, 2, 1, 3, 2, 1, 0, 1, 4, 1, 3, 4, 1, 2, 0, 1, 3, 9, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &fuzzReader{data: data}
 		buffer := 1 + r.next()%8
 		batchSize := 1 + r.next()%buffer
 		workers := 1 + r.next()%4
-		delay := time.Duration(r.next()%3) * 20 * time.Millisecond
+		// One byte for both, so that older inputs (byte < 3) keep IdleFlush 0.
+		timing := r.next()
+		delay := time.Duration(timing%3) * 20 * time.Millisecond
+		idle := time.Duration(timing/3%3) * 15 * time.Millisecond
 		h := newHarness(t, func(c *Config[int]) {
-			c.MaxBuffer, c.MaxBatch, c.Workers, c.MaxBatchingDelay = buffer, batchSize, workers, delay
+			c.MaxBuffer, c.MaxBatch, c.Workers = buffer, batchSize, workers
+			c.MaxBatchingDelay, c.IdleFlush = delay, idle
 		})
 		fz := &fuzzRun{h: h, r: r, outIDs: map[string]bool{}}
 		for step := 0; !r.done() && step < 10000; step++ {
@@ -93,6 +101,34 @@ func (fz *fuzzRun) assign() {
 			}
 			fz.outIDs[t.ID] = true
 		}
+	}
+	fz.checkWake()
+}
+
+// checkWake checks nextWake right after an assign: with an idle worker and a ready
+// task it names a moment > 0 away, the end of the hold if dispatch is held, else the
+// first moment a batch is due; otherwise it reports false.
+func (fz *fuzzRun) checkWake() {
+	c, now := fz.h.c, fz.h.now
+	d, ok := c.nextWake(now)
+	if want := c.idle > 0 && c.order.n > c.parked; ok != want {
+		fz.h.tb.Fatalf("nextWake ok = %v with %d idle, %d pending, %d parked", ok, c.idle, c.order.n, c.parked)
+	}
+	if !ok {
+		return
+	}
+	if d <= 0 {
+		fz.h.tb.Fatalf("nextWake = %v right after assign, want > 0", d)
+	}
+	if hold := c.hold(now); hold > 0 {
+		if d != hold {
+			fz.h.tb.Fatalf("nextWake = %v, want the end of the hold %v", d, hold)
+		}
+		return
+	}
+	if c.due(now.Add(d-1)) || !c.due(now.Add(d)) {
+		fz.h.tb.Fatalf("nextWake = %v: due 1ns before %v, due at it %v (delay %v, idle flush %v)",
+			d, c.due(now.Add(d-1)), c.due(now.Add(d)), c.delay, c.idleFlush)
 	}
 }
 

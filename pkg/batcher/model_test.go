@@ -21,6 +21,7 @@ type refModel struct {
 	idle      int          // workers without a batch
 	lastCong  time.Time    // zero: never
 	lastNet   time.Time    // zero: never
+	lastOffer time.Time    // when the last non-empty offer was accepted; zero: never
 	st        Stats        // counters
 	fates     map[int]Fate // by task value
 	calls     int          // fates given
@@ -54,6 +55,9 @@ func (m *refModel) isExpired(t Task[int], now time.Time) bool {
 }
 
 func (m *refModel) accept(tasks []Task[int], now time.Time) {
+	if len(tasks) > 0 {
+		m.lastOffer = now
+	}
 	for _, t := range tasks {
 		m.st.Accepted++
 		if i := m.index(t.ID); i >= 0 {
@@ -112,7 +116,14 @@ func (m *refModel) due(now time.Time) bool {
 	if len(ready) == 0 {
 		return false
 	}
-	return len(ready) >= m.cfg.MaxBatch || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay
+	// The idle flush: with a window, the offers have been quiet for IdleFlush.
+	quiet := m.cfg.MaxBatchingDelay > 0 && m.cfg.IdleFlush > 0 && now.Sub(m.lastOffer) >= m.cfg.IdleFlush
+	return len(ready) >= m.cfg.MaxBatch || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay || quiet
+}
+
+// hasReady reports whether some pending task is not in flight.
+func (m *refModel) hasReady() bool {
+	return slices.ContainsFunc(m.pending, func(t Task[int]) bool { return !m.flying(t.ID) })
 }
 
 // assign returns the next batch, or nil.
@@ -235,22 +246,26 @@ func randomResult(rng *rand.Rand, n int) Result {
 func TestCoreMatchesModel(t *testing.T) {
 	for _, mc := range []struct {
 		buffer, batch, workers int
-		delay                  time.Duration
+		delay, idle            time.Duration
 	}{
-		{4, 1, 1, 0},
-		{5, 2, 2, 0},
-		{8, 3, 3, 0},
-		{6, 4, 2, 30 * time.Millisecond},
-		{3, 3, 4, 10 * time.Millisecond},
+		{4, 1, 1, 0, 0},
+		{5, 2, 2, 0, 0},
+		{8, 3, 3, 0, 0},
+		{6, 4, 2, 30 * time.Millisecond, 0},
+		{3, 3, 4, 10 * time.Millisecond, 0},
+		{5, 2, 2, 0, 50 * time.Millisecond}, // IdleFlush without a window: no effect
+		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond},
+		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond}, // the window first
 	} {
-		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v", mc.buffer, mc.batch, mc.workers, mc.delay)
+		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v", mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle)
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, func(c *Config[int]) {
-				c.MaxBuffer, c.MaxBatch, c.Workers, c.MaxBatchingDelay = mc.buffer, mc.batch, mc.workers, mc.delay
-			})
-			m := newRefModel(testConfig(func(c *Config[int]) {
-				c.MaxBuffer, c.MaxBatch, c.Workers, c.MaxBatchingDelay = mc.buffer, mc.batch, mc.workers, mc.delay
-			}))
+			mod := func(c *Config[int]) {
+				c.MaxBuffer, c.MaxBatch, c.Workers = mc.buffer, mc.batch, mc.workers
+				c.MaxBatchingDelay, c.IdleFlush = mc.delay, mc.idle
+			}
+			h := newHarness(t, mod)
+			m := newRefModel(testConfig(mod))
 			runModel(t, h, m, rand.New(rand.NewPCG(1, 2)), 20000)
 		})
 	}
@@ -284,6 +299,7 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 			if !equalBatches(got, want) {
 				t.Fatalf("step %d %s: core batches %q, model %q", step, op, got, want)
 			}
+			checkWake(t, step, h, m)
 		case r < 85:
 			if len(h.out) == 0 {
 				continue
@@ -300,6 +316,36 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 			h.advance(d)
 		}
 		compareModel(t, step, op, h, m)
+	}
+}
+
+// checkWake holds the core's nextWake, right after an assign, to the model: no
+// wake-up while the model says only a completion can help, and otherwise one
+// exactly when the model first has work again (the pause ends, or a batch becomes
+// due by MaxBatch, MaxBatchingDelay or the idle flush), so the acceptor neither
+// misses a batch nor spins.
+func checkWake(t *testing.T, step int, h *harness, m *refModel) {
+	t.Helper()
+	d, ok := h.c.nextWake(h.now)
+	if want := m.idle > 0 && m.hasReady(); ok != want {
+		t.Fatalf("step %d: nextWake ok = %v, model: idle %d, ready %v", step, ok, m.idle, m.hasReady())
+	}
+	if !ok {
+		return
+	}
+	if d <= 0 {
+		t.Fatalf("step %d: nextWake = %v right after assign, want > 0", step, d)
+	}
+	at, before := h.now.Add(d), h.now.Add(d-1)
+	if m.paused(h.now) {
+		if !m.paused(before) || m.paused(at) {
+			t.Fatalf("step %d: nextWake = %v, not the end of the pause", step, d)
+		}
+		return
+	}
+	if m.due(before) || !m.due(at) {
+		t.Fatalf("step %d: nextWake = %v, but the model is due %v 1ns before and %v at it",
+			step, d, m.due(before), m.due(at))
 	}
 }
 
