@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,39 @@ func TestVersionCommand(t *testing.T) {
 	root.SetArgs([]string{"version"})
 	if err := root.Execute(); err != nil || !strings.HasPrefix(out.String(), "sidecar dev") {
 		t.Fatalf("version: %q, %v", out.String(), err)
+	}
+}
+
+func TestSetProcs(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(before)
+	for _, tc := range []struct {
+		name      string
+		n         int
+		flagGiven bool
+		env       string
+		want      int // GOMAXPROCS after; 0: unchanged
+	}{
+		{"default sets one thread", 1, false, "", 1},
+		{"the flag wins over GOMAXPROCS", 3, true, "5", 3},
+		{"GOMAXPROCS wins over the flag's default", 1, false, "5", 0},
+		{"0 keeps Go's default", 0, true, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(7)
+			if err := setProcs(tc.n, tc.flagGiven, tc.env); err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want
+			if want == 0 {
+				want = 7
+			}
+			if got := runtime.GOMAXPROCS(0); got != want {
+				t.Fatalf("GOMAXPROCS = %d, want %d", got, want)
+			}
+		})
+	}
+	if err := setProcs(-1, true, ""); err == nil || !strings.Contains(err.Error(), "--gomaxprocs") {
+		t.Fatalf("err = %v, want it to name --gomaxprocs", err)
 	}
 }
