@@ -107,12 +107,11 @@ func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*gr
 		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
 		return status.Errorf(codes.Internal, "internal error")
 	})
-	s := grpc.NewServer(
+	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsg),
-		peers.BufferPoolServerOption(),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)),
 		grpc.ChainStreamInterceptor(m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)),
-	)
+	}, peers.ServerOptions()...)...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
 	return s, h

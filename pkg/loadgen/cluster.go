@@ -207,13 +207,12 @@ func dialApp(addr string) (*grpc.ClientConn, error) {
 	if !strings.HasPrefix(addr, "unix://") {
 		target = "passthrough:///" + addr
 	}
-	cc, err := grpc.NewClient(target,
+	cc, err := grpc.NewClient(target, append(peers.DialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		peers.BufferPoolDialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: time.Second,
-		}))
+		}))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -67,12 +67,11 @@ func Dial(addr string, opts Options) (*Conn, error) {
 	bo := backoff.DefaultConfig
 	bo.BaseDelay = min(bo.BaseDelay, maxDelay/10)
 	bo.MaxDelay = maxDelay
-	dopts := append([]grpc.DialOption{
+	dopts := append(append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: maxDelay}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
-		BufferPoolDialOption(),
-	}, opts.DialOptions...)
+	}, DialOptions()...), opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("peers: dial %s: %w", addr, err)
