@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare fuzz clean
+.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory fuzz clean
 
 all: build
 
@@ -55,11 +55,16 @@ bench:
 bench-compare:
 	bash bench/compare.sh
 
+## bench-memory: RSS of an idle node and of one holding 2 x 10,000 pending events (~30 s)
+bench-memory:
+	bash bench/memory.sh
+
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzBatcher -fuzztime=$(FUZZTIME) ./pkg/batcher/
 	$(GO) test -run='^$$' -fuzz=FuzzValidateSubmit -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./pkg/loadgen/
 
 clean:
 	rm -rf bin
