@@ -61,6 +61,21 @@ func BenchmarkVersionTableChurn(b *testing.B) {
 	}
 }
 
+// BenchmarkVersionTableGrow admits new task_ids into an empty table of the default
+// capacity, as every receiver does while unique keys fill its table (the first million
+// task_ids of a saturated bench run). Run with -benchtime=1000000x to stay below
+// capacity.
+func BenchmarkVersionTableGrow(b *testing.B) {
+	ids := benchIDs(b.N)
+	vt := newVersionTable(1_000_000)
+	accept := func() bool { return true }
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		vt.admit(ids[i], stamp{version: uint64(i + 1), origin: "a"}, accept)
+	}
+}
+
 // BenchmarkInbox measures put then pop of events through the inbox (one subscriber),
 // with unique task_ids and with hot ones that coalesce.
 func BenchmarkInbox(b *testing.B) {

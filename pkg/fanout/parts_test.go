@@ -79,10 +79,10 @@ func TestHLCConcurrentUnique(t *testing.T) {
 
 // get returns the stamp held for taskID (tests only).
 func (t *versionTable) get(taskID string) (stamp, bool) {
-	sh := t.shard(taskID)
+	sh, h := t.locate(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.peek(taskID)
+	return sh.peek(h, taskID)
 }
 
 func TestStampOrder(t *testing.T) {
@@ -109,7 +109,7 @@ func TestVersionTableBoundedLRU(t *testing.T) {
 	}
 	total := 0
 	for i := range vt.shards {
-		total += len(vt.shards[i].byID)
+		total += vt.shards[i].n
 	}
 	if total > versionShards*2 {
 		t.Fatalf("table holds %d task_ids, bound is %d", total, versionShards*2)
@@ -124,14 +124,18 @@ func TestVersionTableBoundedLRU(t *testing.T) {
 }
 
 // TestVersionShardLRU checks the recency list against a naive model: the least
-// recently set task_id is the one evicted, and the list and map always agree.
+// recently set task_id is the one evicted, and the list, the hash chains and the count
+// always agree. The hashes collide on purpose (two values for six task_ids), so chains
+// are built, walked and unlinked from every position.
 func TestVersionShardLRU(t *testing.T) {
-	sh := &versionShard{max: 3, byID: map[string]*versionNode{}}
+	sh := &versionShard{max: 3, byHash: map[uint64]*versionNode{}}
+	hashOf := func(id string) uint64 { return uint64(id[len(id)-1]) % 2 }
 	var model []string // most recent first
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := range 5000 {
 		id := fmt.Sprintf("k%d", rng.IntN(6))
-		sh.set(id, stamp{version: uint64(step)})
+		h := hashOf(id)
+		sh.store(sh.find(h, id), h, id, stamp{version: uint64(step)})
 		model = slices.DeleteFunc(model, func(m string) bool { return m == id })
 		model = append([]string{id}, model...)
 		if len(model) > 3 {
@@ -140,14 +144,20 @@ func TestVersionShardLRU(t *testing.T) {
 		var got []string
 		for n := sh.head; n != nil; n = n.next {
 			got = append(got, n.taskID)
-			if sh.byID[n.taskID] != n {
-				t.Fatalf("step %d: list node %s not in the map", step, n.taskID)
+			if sh.find(hashOf(n.taskID), n.taskID) != n || n.hash != hashOf(n.taskID) {
+				t.Fatalf("step %d: list node %s not found through its hash chain", step, n.taskID)
 			}
 		}
-		if !slices.Equal(got, model) || len(sh.byID) != len(model) {
-			t.Fatalf("step %d: list %v (map %d), want %v", step, got, len(sh.byID), model)
+		chained := 0
+		for _, first := range sh.byHash {
+			for n := first; n != nil; n = n.same {
+				chained++
+			}
 		}
-		if s, ok := sh.peek(id); !ok || s.version != uint64(step) {
+		if !slices.Equal(got, model) || sh.n != len(model) || chained != len(model) {
+			t.Fatalf("step %d: list %v (count %d, chained %d), want %v", step, got, sh.n, chained, model)
+		}
+		if s, ok := sh.peek(h, id); !ok || s.version != uint64(step) {
 			t.Fatalf("step %d: peek(%s) = %v %v", step, id, s, ok)
 		}
 	}

@@ -29,23 +29,33 @@ type versionTable struct {
 	shards [versionShards]versionShard
 }
 
-// versionShard is one lock's worth of the table: a map plus an intrusive
-// recency list, most recent first. Invariant: len(byID) == number of list nodes <= max.
+// versionShard is one lock's worth of the table: a map plus an intrusive recency list,
+// most recent first. Invariant: n == number of list nodes == number of nodes reachable
+// from byHash <= max.
+//
+// The map is keyed by the task_id's 64-bit hash (the one that also picks the shard), not
+// by the string: one hash per admit instead of two, and 16-byte map slots with integer
+// compares instead of string ones. Nodes whose task_ids share a hash are chained through
+// same; the node's taskID decides. Each admit is one map lookup, plus one insert for a
+// new task_id (BenchmarkVersionTableGrow and Churn in docs/BENCHMARKS.md).
+//
 // When full, the least recent node is recycled for the new task_id, so an origin that
 // takes unique task_ids all day allocates nothing here once the table is full
-// (hashicorp/golang-lru, used before, allocated an entry per new key:
-// BenchmarkVersionTableChurn in docs/BENCHMARKS.md).
+// (hashicorp/golang-lru, used before, allocated an entry per new key).
 type versionShard struct {
 	mu         sync.Mutex
 	max        int                     // immutable
-	byID       map[string]*versionNode // guarded by mu
+	n          int                     // guarded by mu: nodes in the shard
+	byHash     map[uint64]*versionNode // guarded by mu: the first node of each hash's chain
 	head, tail *versionNode            // guarded by mu; head is the most recent
 }
 
 type versionNode struct {
 	taskID     string
+	hash       uint64
 	s          stamp
-	prev, next *versionNode
+	prev, next *versionNode // recency list
+	same       *versionNode // next node with the same hash (almost always nil)
 }
 
 func newVersionTable(capacity int) *versionTable {
@@ -53,34 +63,45 @@ func newVersionTable(capacity int) *versionTable {
 	t := &versionTable{seed: maphash.MakeSeed()}
 	for i := range t.shards {
 		t.shards[i].max = per
-		t.shards[i].byID = make(map[string]*versionNode)
+		t.shards[i].byHash = make(map[uint64]*versionNode)
 	}
 	return t
 }
 
+// find returns the node of taskID, or nil. Caller holds mu.
+func (sh *versionShard) find(h uint64, taskID string) *versionNode {
+	for n := sh.byHash[h]; n != nil; n = n.same {
+		if n.taskID == taskID {
+			return n
+		}
+	}
+	return nil
+}
+
 // peek returns the stamp of taskID without touching recency. Caller holds mu.
-func (sh *versionShard) peek(taskID string) (stamp, bool) {
-	if n, ok := sh.byID[taskID]; ok {
+func (sh *versionShard) peek(h uint64, taskID string) (stamp, bool) {
+	if n := sh.find(h, taskID); n != nil {
 		return n.s, true
 	}
 	return stamp{}, false
 }
 
-// set stores s for taskID and makes it the most recent. Caller holds mu.
-func (sh *versionShard) set(taskID string, s stamp) {
-	n, ok := sh.byID[taskID]
+// store sets s on n, or on a new node for taskID when n is nil (evicting the least
+// recent task_id when the shard is full), and makes it the most recent. Caller holds mu.
+func (sh *versionShard) store(n *versionNode, h uint64, taskID string, s stamp) {
 	switch {
-	case ok:
+	case n != nil:
 		sh.unlink(n)
-	case len(sh.byID) >= sh.max:
+	case sh.n >= sh.max:
 		n = sh.tail // evict the least recent and reuse its node
 		sh.unlink(n)
-		delete(sh.byID, n.taskID)
-		n.taskID = taskID
-		sh.byID[taskID] = n
+		sh.unchain(n)
+		n.taskID, n.hash = taskID, h
+		sh.chain(n)
 	default:
-		n = &versionNode{taskID: taskID}
-		sh.byID[taskID] = n
+		n = &versionNode{taskID: taskID, hash: h}
+		sh.chain(n)
+		sh.n++
 	}
 	n.s = s
 	n.next, n.prev = sh.head, nil
@@ -90,6 +111,30 @@ func (sh *versionShard) set(taskID string, s stamp) {
 		sh.tail = n
 	}
 	sh.head = n
+}
+
+// chain puts n first in its hash's chain.
+func (sh *versionShard) chain(n *versionNode) {
+	n.same = sh.byHash[n.hash]
+	sh.byHash[n.hash] = n
+}
+
+// unchain takes n out of its hash's chain.
+func (sh *versionShard) unchain(n *versionNode) {
+	first := sh.byHash[n.hash]
+	switch {
+	case first == n && n.same == nil:
+		delete(sh.byHash, n.hash)
+	case first == n:
+		sh.byHash[n.hash] = n.same
+	default:
+		p := first
+		for p.same != n {
+			p = p.same
+		}
+		p.same = n.same
+	}
+	n.same = nil
 }
 
 func (sh *versionShard) unlink(n *versionNode) {
@@ -106,18 +151,20 @@ func (sh *versionShard) unlink(n *versionNode) {
 	n.prev, n.next = nil, nil
 }
 
-func (t *versionTable) shard(taskID string) *versionShard {
-	return &t.shards[maphash.String(t.seed, taskID)%versionShards]
+// locate hashes taskID once: the hash picks the shard and keys its map.
+func (t *versionTable) locate(taskID string) (*versionShard, uint64) {
+	h := maphash.String(t.seed, taskID)
+	return &t.shards[h%versionShards], h
 }
 
 // record stores s for taskID if it is newer than what the table holds. It is how the
 // origin remembers its own submissions.
 func (t *versionTable) record(taskID string, s stamp) {
-	sh := t.shard(taskID)
+	sh, h := t.locate(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if cur, ok := sh.peek(taskID); !ok || s.newerThan(cur) {
-		sh.set(taskID, s)
+	if n := sh.find(h, taskID); n == nil || s.newerThan(n.s) {
+		sh.store(n, h, taskID, s)
 	}
 }
 
@@ -135,15 +182,16 @@ const (
 // two origins racing on the same task_id are ordered, and a BUSY event leaves the
 // table untouched (its retry is not mistaken for a duplicate).
 func (t *versionTable) admit(taskID string, s stamp, put func() bool) admitResult {
-	sh := t.shard(taskID)
+	sh, h := t.locate(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if cur, ok := sh.peek(taskID); ok && !s.newerThan(cur) {
+	n := sh.find(h, taskID)
+	if n != nil && !s.newerThan(n.s) {
 		return stale
 	}
 	if !put() {
 		return busy
 	}
-	sh.set(taskID, s)
+	sh.store(n, h, taskID, s)
 	return admitted
 }
