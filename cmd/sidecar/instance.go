@@ -82,7 +82,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
 	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
-	fanoutv1.RegisterPeerServiceServer(inst.peer, fanout.NewPeerServer(node))
+	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
 	reflection.Register(inst.app)
 	reflection.Register(inst.peer)
 	srvMetrics.InitializeMetrics(inst.app)

@@ -27,7 +27,7 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 		b.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	fanoutv1.RegisterPeerServiceServer(srv, NewPeerServer(nb))
+	RegisterPeerServer(srv, NewPeerServer(nb))
 	go srv.Serve(lis)
 
 	sendCfg := testConfig("a", lis.Addr().String())

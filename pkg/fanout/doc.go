@@ -35,6 +35,13 @@
 // BUSY event leaves no trace and its retry is not mistaken for a duplicate. The table
 // is a sharded LRU bounded by --version-memory.
 //
+// The receive path is pass-through (wire.go): RegisterPeerServer's handler hands the
+// request's bytes to the node undecoded; a protowire reader takes each event's task_id
+// and version and checks the limits exactly as decoding and validateEvent would
+// (FuzzReadEvent); an admitted event is one copy of its bytes, and Subscribe writes
+// those bytes into its messages unchanged. A process-wide "proto" codec passes such
+// frames through and leaves every other message to gRPC's protobuf codec.
+//
 // Deliver. The inbox is bounded (--inbox-capacity) and keeps the latest event per
 // task_id in place, like a batcher's pending. A single pump goroutine moves events, in
 // order, to every Subscribe stream whose prefix matches. With nobody subscribed, events

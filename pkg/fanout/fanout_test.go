@@ -44,7 +44,7 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	fanoutv1.RegisterFanoutServiceServer(srv, NewFanoutServer(n))
-	fanoutv1.RegisterPeerServiceServer(srv, NewPeerServer(n))
+	RegisterPeerServer(srv, NewPeerServer(n))
 	go srv.Serve(lis)
 	cc, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),

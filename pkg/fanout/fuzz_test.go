@@ -1,7 +1,8 @@
 package fanout
 
 import (
-	"context"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"testing"
 	"unicode/utf8"
 
@@ -39,8 +40,9 @@ func FuzzValidateSubmit(f *testing.F) {
 	})
 }
 
-// FuzzReplicateBytes feeds arbitrary bytes to the peer handler: it must answer with a
-// status or one item status per event, never panic.
+// FuzzReplicateBytes feeds arbitrary bytes to the peer handler's path (the request is
+// read from its bytes, wire.go): it must answer with a status, or one item status per
+// event of the request, never panic.
 func FuzzReplicateBytes(f *testing.F) {
 	seed, _ := proto.Marshal(&fanoutv1.ReplicateRequest{OriginNode: "x", Events: []*fanoutv1.Event{{TaskId: "k", Version: 1}}, SubmittedAtUnixNanos: []int64{1}})
 	f.Add(seed)
@@ -53,19 +55,47 @@ func FuzzReplicateBytes(f *testing.F) {
 	}
 	defer n.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var req fanoutv1.ReplicateRequest
-		if proto.Unmarshal(data, &req) != nil {
-			return
-		}
-		resp, err := n.Replicate(context.Background(), &req)
+		resp, err := n.replicateFrame(&frame{b: data})
 		if err != nil {
-			if toStatus(err) == nil {
-				t.Fatal("error without a status")
+			if s, ok := status.FromError(toStatus(err)); !ok || s.Code() != codes.InvalidArgument {
+				t.Fatalf("error %v is not INVALID_ARGUMENT", err)
 			}
 			return
 		}
-		if len(resp.Statuses) != len(req.Events) {
+		var req fanoutv1.ReplicateRequest
+		if proto.Unmarshal(data, &req) == nil && len(resp.Statuses) != len(req.Events) {
 			t.Fatalf("%d statuses for %d events", len(resp.Statuses), len(req.Events))
+		}
+	})
+}
+
+// FuzzReadEvent: the receive path's reader of an event's bytes (wire.go) agrees with
+// decoding the event and validating it (validateEvent, version > 0) on any bytes that
+// protobuf decodes, refuses what it does not, and reads the same task_id and version.
+func FuzzReadEvent(f *testing.F) {
+	for _, ev := range []*fanoutv1.Event{
+		{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Version: 3, Ttl: durationpb.New(1)},
+		{TaskId: "k", Version: 1, Ttl: &durationpb.Duration{Seconds: -1}},
+		{TaskId: "kkkk", Payload: make([]byte, 80), Version: 2},
+	} {
+		b, _ := proto.Marshal(ev)
+		f.Add(b)
+	}
+	l := DefaultLimits()
+	l.MaxEventBytes, l.MaxTaskIDBytes, l.MaxAttributes, l.MaxAttributeBytes = 64, 16, 2, 24
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, ok := l.readEvent(b)
+		var ev fanoutv1.Event
+		if err := proto.Unmarshal(b, &ev); err != nil {
+			if ok {
+				t.Fatalf("readEvent accepted bytes protobuf refuses (%v)", err)
+			}
+			return
+		}
+		want := l.validateEvent(0, &ev) == nil && ev.GetVersion() != 0
+		got := ok && h.version != 0 // the node answers INVALID for version 0 too
+		if got != want || (got && (string(h.taskID) != ev.GetTaskId() || h.version != ev.GetVersion())) {
+			t.Fatalf("readEvent = %q v%d %v; decoded %v, valid %v", h.taskID, h.version, ok, &ev, want)
 		}
 	})
 }

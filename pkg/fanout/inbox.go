@@ -5,13 +5,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// delivery is one replicated event waiting for, or on its way to, subscribers.
+// delivery is one replicated event waiting for, or on its way to, subscribers: the
+// Event's bytes as its origin encoded them (wire.go), and what the node reads of them.
 type delivery struct {
-	event     *fanoutv1.Event
+	raw       []byte // the fanout.v1.Event message; never written after admission
+	taskID    string // shares raw's memory
+	version   uint64
 	origin    string
 	submitted int64 // unix nanos at the origin
 	shared    bool  // handed to more than one subscriber: losing one copy loses nothing
@@ -78,7 +79,7 @@ func newInbox(capacity int) *inbox {
 // refuses a new task_id when the inbox is full.
 func (in *inbox) put(d delivery) bool {
 	in.mu.Lock()
-	if n, ok := in.byID[d.event.GetTaskId()]; ok {
+	if n, ok := in.byID[d.taskID]; ok {
 		n.d = d
 		in.mu.Unlock()
 		return true
@@ -95,7 +96,7 @@ func (in *inbox) put(d delivery) bool {
 		in.head = n
 	}
 	in.tail = n
-	in.byID[d.event.GetTaskId()] = n
+	in.byID[d.taskID] = n
 	in.size.Store(int64(len(in.byID)))
 	in.mu.Unlock()
 	in.signal()
@@ -184,7 +185,7 @@ func (in *inbox) requeue(ds []delivery) {
 	defer in.mu.Unlock()
 	for i := len(ds) - 1; i >= 0; i-- {
 		d := ds[i]
-		if _, newer := in.byID[d.event.GetTaskId()]; newer || d.shared {
+		if _, newer := in.byID[d.taskID]; newer || d.shared {
 			continue
 		}
 		d.shared = false
@@ -196,7 +197,7 @@ func (in *inbox) requeue(ds []delivery) {
 			in.tail = n
 		}
 		in.head = n
-		in.byID[d.event.GetTaskId()] = n
+		in.byID[d.taskID] = n
 	}
 	in.size.Store(int64(len(in.byID)))
 }
@@ -213,7 +214,7 @@ func (in *inbox) pop() ([]delivery, []*subscriber) {
 	for in.head != nil && len(out) < popBatch {
 		n := in.head
 		in.head = n.next
-		delete(in.byID, n.d.event.GetTaskId())
+		delete(in.byID, n.d.taskID)
 		out = append(out, n.d)
 		in.recycle(n)
 	}
@@ -266,14 +267,14 @@ func (in *inbox) run(ctx context.Context) {
 func (in *inbox) fanOut(ctx context.Context, d delivery, subs []*subscriber) (reached, ok bool) {
 	matched := 0
 	for _, s := range subs {
-		if strings.HasPrefix(d.event.GetTaskId(), s.prefix) {
+		if strings.HasPrefix(d.taskID, s.prefix) {
 			matched++
 		}
 	}
 	d.shared = matched > 1
 	took := 0
 	for _, s := range subs {
-		if !strings.HasPrefix(d.event.GetTaskId(), s.prefix) {
+		if !strings.HasPrefix(d.taskID, s.prefix) {
 			continue
 		}
 		select {

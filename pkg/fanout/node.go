@@ -14,6 +14,7 @@ import (
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/purgatory"
 	"github.com/fanout/fanout/pkg/timingwheel"
+	"google.golang.org/protobuf/proto"
 )
 
 // Errors of the Node's domain API; the gRPC adapters map them to status codes.
@@ -281,48 +282,73 @@ func (n *Node) expiry(ev *fanoutv1.Event, now time.Time) time.Time {
 }
 
 // Replicate admits a batch from a peer: each valid event that is newer than the
-// version table goes to the inbox. Events that arrive here are never sent on.
+// version table goes to the inbox. Events that arrive here are never sent on. The peer
+// listener calls replicateFrame with the request's bytes; this form, for callers that
+// hold a decoded request (tests, the in-memory FakeNetwork), encodes it and does the
+// same.
 func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-	if err := n.validateReplicate(req); err != nil {
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, invalid("request", "%v", err)
+	}
+	return n.replicateFrame(&frame{b: b})
+}
+
+// replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
+// a whole first (origin, sizes), then answers one status per event. f may be reused
+// once it returns: admitted events are copied out.
+func (n *Node) replicateFrame(f *frame) (*fanoutv1.ReplicateResponse, error) {
+	var req rawReplicate
+	if err := parseReplicate(f.b, &req); err != nil {
+		return nil, invalid("request", "%v", err)
+	}
+	if err := n.validateReplicate(&req); err != nil {
 		return nil, err
 	}
-	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}
-	origin := req.GetOriginNode()
-	for i, ev := range req.Events {
-		resp.Statuses[i] = n.admit(i, ev, origin, req.SubmittedAtUnixNanos)
+	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
+	for i, raw := range req.events {
+		resp.Statuses[i] = n.admit(i, raw, req.origin, req.submitted)
 	}
 	return resp, nil
 }
 
-func (n *Node) validateReplicate(req *fanoutv1.ReplicateRequest) error {
-	switch o := req.GetOriginNode(); {
+func (n *Node) validateReplicate(req *rawReplicate) error {
+	switch o := req.origin; {
 	case o == "":
 		return invalid("origin_node", "empty")
 	case len(o) > n.cfg.Limits.MaxTaskIDBytes:
 		return invalid("origin_node", "%d bytes, at most %d", len(o), n.cfg.Limits.MaxTaskIDBytes)
 	}
-	if k := len(req.GetEvents()); k > n.cfg.Limits.MaxEvents {
+	if k := len(req.events); k > n.cfg.Limits.MaxEvents {
 		return invalid("events", "%d events, at most %d per request", k, n.cfg.Limits.MaxEvents)
 	}
-	if s, e := len(req.GetSubmittedAtUnixNanos()), len(req.GetEvents()); s != 0 && s != e {
+	if s, e := len(req.submitted), len(req.events); s != 0 && s != e {
 		return invalid("submitted_at_unix_nanos", "%d entries for %d events", s, e)
 	}
 	return nil
 }
 
-func (n *Node) admit(i int, ev *fanoutv1.Event, origin string, submitted []int64) fanoutv1.ItemStatus {
-	if n.cfg.Limits.validateEvent(i, ev) != nil || ev.GetVersion() == 0 {
+func (n *Node) admit(i int, raw []byte, origin string, submitted []int64) fanoutv1.ItemStatus {
+	h, ok := n.cfg.Limits.readEvent(raw)
+	if !ok || h.version == 0 {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
 	if origin == n.cfg.NodeID {
 		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
 	}
-	d := delivery{event: ev, origin: origin}
-	if len(submitted) > i {
-		d.submitted = submitted[i]
+	n.clock.observe(h.version)
+	// The table is keyed by the task_id string; the copy is made only for an event that
+	// wins (put), so a stale duplicate costs no allocation.
+	var d delivery
+	put := func() bool {
+		d.raw, d.taskID = ownEvent(raw, h.taskID)
+		d.version, d.origin = h.version, origin
+		if len(submitted) > i {
+			d.submitted = submitted[i]
+		}
+		return n.inbox.put(d)
 	}
-	n.clock.observe(ev.Version)
-	switch n.versions.admit(ev.TaskId, stamp{version: ev.Version, origin: origin}, func() bool { return n.inbox.put(d) }) {
+	switch n.versions.admitBytes(h.taskID, stamp{version: h.version, origin: origin}, put, func() string { return d.taskID }) {
 	case admitted:
 		return fanoutv1.ItemStatus_ITEM_STATUS_OK
 	case busy:

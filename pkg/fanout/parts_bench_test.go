@@ -81,9 +81,9 @@ func BenchmarkVersionTableGrow(b *testing.B) {
 func BenchmarkInbox(b *testing.B) {
 	for _, keys := range []int{16, 100_000} {
 		ids := benchIDs(keys)
-		events := make([]*fanoutv1.Event, keys)
+		events := make([]delivery, keys)
 		for i := range events {
-			events[i] = &fanoutv1.Event{TaskId: ids[i], Version: 1}
+			events[i] = deliveryOf(&fanoutv1.Event{TaskId: ids[i], Version: 1}, "a")
 		}
 		b.Run(fmt.Sprintf("put+pop/keys=%d", keys), func(b *testing.B) {
 			in := newInbox(1 << 20)
@@ -91,7 +91,7 @@ func BenchmarkInbox(b *testing.B) {
 			defer cancel()
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				in.put(delivery{event: events[i%keys], origin: "a"})
+				in.put(events[i%keys])
 				if i%popBatch == popBatch-1 {
 					in.pop()
 				}

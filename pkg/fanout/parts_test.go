@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -183,14 +184,14 @@ func TestVersionTableAdmit(t *testing.T) {
 }
 
 func delivery1(id string, v uint64) delivery {
-	return delivery{event: &fanoutv1.Event{TaskId: id, Version: v}, origin: "o"}
+	return deliveryOf(&fanoutv1.Event{TaskId: id, Version: v}, "o")
 }
 
 func TestInboxCoalescesInPlaceAndBounds(t *testing.T) {
 	in := newInbox(3)
 	for _, d := range []delivery{delivery1("a", 1), delivery1("b", 1), delivery1("a", 2), delivery1("c", 1)} {
 		if !in.put(d) {
-			t.Fatalf("put %s refused below capacity", d.event.TaskId)
+			t.Fatalf("put %s refused below capacity", d.taskID)
 		}
 	}
 	if in.put(delivery1("d", 1)) {
@@ -210,7 +211,7 @@ func TestInboxCoalescesInPlaceAndBounds(t *testing.T) {
 	got, subs := in.pop()
 	var order []string
 	for _, d := range got {
-		order = append(order, fmt.Sprintf("%s@%d", d.event.TaskId, d.event.Version))
+		order = append(order, fmt.Sprintf("%s@%d", d.taskID, d.version))
 	}
 	if strings.Join(order, " ") != "a@2 b@2 c@1" || len(subs) != 1 {
 		t.Fatalf("order %v subs %d; want a@2 b@2 c@1 (replaced in place), 1 subscriber", order, len(subs))
@@ -234,8 +235,8 @@ func TestInboxPumpFansOutByPrefix(t *testing.T) {
 		for _, id := range ids {
 			select {
 			case d := <-s.ch:
-				if d.event.TaskId != id {
-					t.Fatalf("prefix %q got %s, want %s", s.prefix, d.event.TaskId, id)
+				if d.taskID != id {
+					t.Fatalf("prefix %q got %s, want %s", s.prefix, d.taskID, id)
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatalf("prefix %q: nothing delivered", s.prefix)
@@ -326,7 +327,7 @@ func TestInboxReclaimsWhatAStreamDidNotSend(t *testing.T) {
 	for len(got) < 5 {
 		select {
 		case d := <-next.ch:
-			got = append(got, fmt.Sprintf("%s@%d", d.event.TaskId, d.event.Version))
+			got = append(got, fmt.Sprintf("%s@%d", d.taskID, d.version))
 		case <-time.After(5 * time.Second):
 			t.Fatalf("next subscriber got only %v", got)
 		}
@@ -338,8 +339,25 @@ func TestInboxReclaimsWhatAStreamDidNotSend(t *testing.T) {
 
 func TestInboxDoesNotReclaimSharedCopies(t *testing.T) {
 	in := newInbox(100)
-	in.requeue([]delivery{{event: &fanoutv1.Event{TaskId: "a", Version: 1}, shared: true}, delivery1("b", 1)})
+	shared := delivery1("a", 1)
+	shared.shared = true
+	in.requeue([]delivery{shared, delivery1("b", 1)})
 	if in.len() != 1 {
 		t.Fatalf("len = %d, want only the unshared event put back", in.len())
 	}
+}
+
+// deliveryOf is ev as the receive path holds it: its bytes and what the node reads.
+func deliveryOf(ev *fanoutv1.Event, origin string) delivery {
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		panic(err)
+	}
+	h, ok := DefaultLimits().readEvent(b)
+	if !ok {
+		panic(fmt.Sprintf("invalid test event %v", ev))
+	}
+	d := delivery{version: h.version, origin: origin}
+	d.raw, d.taskID = ownEvent(b, h.taskID)
+	return d
 }

@@ -9,9 +9,9 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // FanoutServer adapts a Node to fanout.v1.FanoutService: it calls into the node and
@@ -145,13 +145,12 @@ func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1
 		select {
 		case d := <-sub.ch:
 			batch = takeReady(sub.ch, append(batch[:0], d))
-			err := stream.Send(out.of(batch))
-			out.reset()
-			if err != nil {
+			if err := stream.SendMsg(out.of(batch)); err != nil { // a frame: see responder
 				cancel(batch...) // not sent: back to the inbox with the rest of the buffer
 				return err
 			}
 			s.node.inbox.deliver.Add(uint64(len(batch)))
+			clear(batch) // drop the events for the GC
 		case <-ctx.Done():
 			cancel()
 			return status.FromContextError(ctx.Err()).Err()
@@ -175,55 +174,19 @@ func takeReady(ch <-chan delivery, batch []delivery) []delivery {
 	return batch
 }
 
-// responder builds one stream's responses in memory it reuses: Send has encoded a
-// message when it returns, so the next one can overwrite it. A stream allocates its
-// slabs once instead of a message and a timestamp per event (GC was the top of a
-// saturated receiver's profile). grpc-go warns that stats handlers and tracing may read
-// a sent message lazily; the sidecar installs neither (its metrics are interceptors
-// that count messages), and a test sends through reused memory and checks every event.
-type responder struct {
-	top    fanoutv1.SubscribeResponse
-	stamp  timestamppb.Timestamp
-	items  []fanoutv1.SubscribeResponse
-	stamps []timestamppb.Timestamp
-	ptrs   []*fanoutv1.SubscribeResponse
-}
+// responder encodes one stream's Subscribe messages into a buffer it reuses: the
+// events' bytes go in as their origins encoded them (wire.go), with origin_node and
+// submitted_at around them, and the codec hands the bytes to gRPC as they are.
+type responder struct{ f frame }
 
 // of is one delivery as a plain response, or several in its batch field.
-func (r *responder) of(batch []delivery) *fanoutv1.SubscribeResponse {
+func (r *responder) of(batch []delivery) *frame {
 	if len(batch) == 1 {
-		batch[0].fill(&r.top, &r.stamp)
-		return &r.top
+		r.f.b = appendSubscribe(r.f.b[:0], &batch[0])
+	} else {
+		r.f.b = appendSubscribeBatch(r.f.b[:0], batch)
 	}
-	if cap(r.items) < len(batch) {
-		r.items = make([]fanoutv1.SubscribeResponse, len(batch))
-		r.stamps = make([]timestamppb.Timestamp, len(batch))
-		r.ptrs = make([]*fanoutv1.SubscribeResponse, len(batch))
-	}
-	r.ptrs = r.ptrs[:len(batch)]
-	for i, d := range batch {
-		d.fill(&r.items[i], &r.stamps[i])
-		r.ptrs[i] = &r.items[i]
-	}
-	r.top.Batch = r.ptrs
-	return &r.top
-}
-
-// reset drops the last response's references to events, keeping the memory.
-func (r *responder) reset() {
-	r.top.Reset()
-	for i := range r.ptrs {
-		r.items[i].Reset()
-	}
-}
-
-// fill writes d into r, using ts for submitted_at.
-func (d delivery) fill(r *fanoutv1.SubscribeResponse, ts *timestamppb.Timestamp) {
-	r.Event, r.OriginNode, r.SubmittedAt = d.event, d.origin, nil
-	if d.submitted != 0 {
-		ts.Seconds, ts.Nanos = d.submitted/1e9, int32(d.submitted%1e9)
-		r.SubmittedAt = ts
-	}
+	return &r.f
 }
 
 // GetStatus implements FanoutService.GetStatus.
@@ -231,10 +194,44 @@ func (s *FanoutServer) GetStatus(context.Context, *fanoutv1.GetStatusRequest) (*
 	return s.node.Status(), nil
 }
 
-// Replicate implements PeerService.Replicate.
+// Replicate implements PeerService.Replicate for a decoded request. The peer
+// listener does not use it: RegisterPeerServer installs a handler that passes the
+// request's bytes to the node undecoded (wire.go).
 func (s *PeerServer) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
 	resp, err := s.node.Replicate(ctx, req)
 	return resp, toStatus(err)
+}
+
+// RegisterPeerServer registers p as fanout.v1.PeerService on s. Replicate requests are
+// read from their bytes: see wire.go. The wire format is the generated service's.
+func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
+	desc := fanoutv1.PeerService_ServiceDesc // same name, metadata and (empty) streams
+	desc.Methods = []grpc.MethodDesc{{MethodName: "Replicate", Handler: replicateHandler}}
+	s.RegisterService(&desc, p)
+}
+
+// replicateHandler is the generated Replicate handler with a frame in place of the
+// decoded request.
+func replicateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	f := framePool.Get().(*frame)
+	defer func() {
+		if cap(f.b) <= 4<<20 { // do not keep a huge request's buffer
+			framePool.Put(f)
+		}
+	}()
+	if err := dec(f); err != nil {
+		return nil, err
+	}
+	p := srv.(*PeerServer)
+	handle := func(ctx context.Context, req any) (any, error) {
+		resp, err := p.node.replicateFrame(req.(*frame))
+		return resp, toStatus(err)
+	}
+	if interceptor == nil {
+		return handle(ctx, f)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fanoutv1.PeerService_Replicate_FullMethodName}
+	return interceptor(ctx, f, info, handle)
 }
 
 // toStatus maps the node's errors to gRPC status codes. It is the only place in the

@@ -3,6 +3,7 @@ package fanout
 import (
 	"hash/maphash"
 	"sync"
+	"unsafe"
 )
 
 // versionShards spreads the version table over independently locked shards so that
@@ -72,6 +73,16 @@ func newVersionTable(capacity int) *versionTable {
 func (sh *versionShard) find(h uint64, taskID string) *versionNode {
 	for n := sh.byHash[h]; n != nil; n = n.same {
 		if n.taskID == taskID {
+			return n
+		}
+	}
+	return nil
+}
+
+// findBytes is find for a task_id in bytes (the comparison does not allocate).
+func (sh *versionShard) findBytes(h uint64, taskID []byte) *versionNode {
+	for n := sh.byHash[h]; n != nil; n = n.same {
+		if n.taskID == string(taskID) {
 			return n
 		}
 	}
@@ -182,16 +193,27 @@ const (
 // two origins racing on the same task_id are ordered, and a BUSY event leaves the
 // table untouched (its retry is not mistaken for a duplicate).
 func (t *versionTable) admit(taskID string, s stamp, put func() bool) admitResult {
-	sh, h := t.locate(taskID)
+	return t.admitBytes(unsafe.Slice(unsafe.StringData(taskID), len(taskID)), s, put, func() string { return taskID })
+}
+
+// admitBytes is admit for a task_id still in a request's bytes. A new task_id needs a
+// string to keep: key returns it, and is called only after put accepted the event.
+func (t *versionTable) admitBytes(taskID []byte, s stamp, put func() bool, key func() string) admitResult {
+	h := maphash.Bytes(t.seed, taskID) // equals maphash.String of the same text
+	sh := &t.shards[h%versionShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := sh.find(h, taskID)
+	n := sh.findBytes(h, taskID)
 	if n != nil && !s.newerThan(n.s) {
 		return stale
 	}
 	if !put() {
 		return busy
 	}
-	sh.store(n, h, taskID, s)
+	id := ""
+	if n == nil {
+		id = key()
+	}
+	sh.store(n, h, id, s)
 	return admitted
 }
