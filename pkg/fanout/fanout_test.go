@@ -22,6 +22,7 @@ type testNode struct {
 	node *Node
 	app  fanoutv1.FanoutServiceClient
 	peer fanoutv1.PeerServiceClient
+	cc   *grpc.ClientConn // nil for nodes on a FakeNetwork
 }
 
 func testConfig(id string, peerAddrs ...string) Config {
@@ -57,7 +58,7 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 		n.Close()
 		srv.Stop()
 	})
-	return &testNode{node: n, app: fanoutv1.NewFanoutServiceClient(cc), peer: fanoutv1.NewPeerServiceClient(cc)}
+	return &testNode{node: n, app: fanoutv1.NewFanoutServiceClient(cc), peer: fanoutv1.NewPeerServiceClient(cc), cc: cc}
 }
 
 // cluster wires len(ids) nodes through a FakeNetwork: node i's peers are the others,

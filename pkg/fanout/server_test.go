@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestSubmitReachesEveryPeerButNotOrigin(t *testing.T) {
@@ -358,4 +361,25 @@ func TestSubscribeBatches(t *testing.T) {
 		_, err = big.Recv()
 	}
 	wantInvalid(t, err, "max_batch")
+}
+
+// TestReplicateMalformedEventIsAnInvalidItem: the peer handler reads the request from
+// its bytes, so one undecodable event costs its own item, not the whole call; a request
+// that is not a message at all is INVALID_ARGUMENT. Sent over gRPC with raw bodies.
+func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
+	tn := startTestNode(t, testConfig("r"))
+	good, _ := proto.Marshal(&fanoutv1.Event{TaskId: "good", Version: 1})
+	body := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "x") // origin_node
+	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), []byte{0x0a, 0x05, 'a'})
+	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), good)
+	var resp fanoutv1.ReplicateResponse
+	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame{b: body}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	want := []fanoutv1.ItemStatus{fanoutv1.ItemStatus_ITEM_STATUS_INVALID, fanoutv1.ItemStatus_ITEM_STATUS_OK}
+	if !slices.Equal(resp.Statuses, want) {
+		t.Fatalf("statuses %v, want %v", resp.Statuses, want)
+	}
+	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame{b: []byte{0xff, 0xff}}, &resp)
+	wantInvalid(t, err, "request")
 }

@@ -300,7 +300,7 @@ func wrongMessages(a *node) []wrongMessage {
 	junk := []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x80}
 	badUTF8 := []byte{0x0a, 0x05, 0x0a, 0x03, 0xff, 0xfe, 0xfd} // events[0].task_id = "\xff\xfe\xfd"
 	return []wrongMessage{
-		{name: "junk Replicate body", call: invoke(a.peerAddr, "/fanout.v1.PeerService/Replicate", junk)},
+		{name: "junk Replicate body", call: invoke(a.peerAddr, "/fanout.v1.PeerService/Replicate", junk), want: codes.InvalidArgument},
 		{name: "junk Submit body", call: invoke(a.appAddr, "/fanout.v1.FanoutService/Submit", junk)},
 		{name: "Submit with non-UTF-8 task_id", call: invoke(a.appAddr, "/fanout.v1.FanoutService/Submit", badUTF8)},
 		{name: "unknown method on peer port", call: invoke(a.peerAddr, "/fanout.v1.PeerService/Nope", nil), want: codes.Unimplemented},
