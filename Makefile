@@ -64,6 +64,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzBatcher -fuzztime=$(FUZZTIME) ./pkg/batcher/
 	$(GO) test -run='^$$' -fuzz=FuzzValidateSubmit -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzReadEvent -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./pkg/loadgen/
 
 clean:
