@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -55,7 +56,7 @@ func FuzzReplicateBytes(f *testing.F) {
 	}
 	defer n.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		resp, err := n.replicateFrame(&frame{b: data})
+		resp, err := n.replicateFrame(&peers.Frame{B: data})
 		if err != nil {
 			if s, ok := status.FromError(toStatus(err)); !ok || s.Code() != codes.InvalidArgument {
 				t.Fatalf("error %v is not INVALID_ARGUMENT", err)

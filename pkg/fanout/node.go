@@ -12,6 +12,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/purgatory"
 	"github.com/fanout/fanout/pkg/timingwheel"
 	"google.golang.org/protobuf/proto"
@@ -291,15 +292,15 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(&frame{b: b})
+	return n.replicateFrame(&peers.Frame{B: b})
 }
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: admitted events are copied out.
-func (n *Node) replicateFrame(f *frame) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
 	var req rawReplicate
-	if err := parseReplicate(f.b, &req); err != nil {
+	if err := parseReplicate(f.B, &req); err != nil {
 		return nil, invalid("request", "%v", err)
 	}
 	if err := n.validateReplicate(&req); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -177,14 +178,14 @@ func takeReady(ch <-chan delivery, batch []delivery) []delivery {
 // responder encodes one stream's Subscribe messages into a buffer it reuses: the
 // events' bytes go in as their origins encoded them (wire.go), with origin_node and
 // submitted_at around them, and the codec hands the bytes to gRPC as they are.
-type responder struct{ f frame }
+type responder struct{ f peers.Frame }
 
 // of is one delivery as a plain response, or several in its batch field.
-func (r *responder) of(batch []delivery) *frame {
+func (r *responder) of(batch []delivery) *peers.Frame {
 	if len(batch) == 1 {
-		r.f.b = appendSubscribe(r.f.b[:0], &batch[0])
+		r.f.B = appendSubscribe(r.f.B[:0], &batch[0])
 	} else {
-		r.f.b = appendSubscribeBatch(r.f.b[:0], batch)
+		r.f.B = appendSubscribeBatch(r.f.B[:0], batch)
 	}
 	return &r.f
 }
@@ -213,9 +214,9 @@ func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
 // replicateHandler is the generated Replicate handler with a frame in place of the
 // decoded request.
 func replicateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	f := framePool.Get().(*frame)
+	f := framePool.Get().(*peers.Frame)
 	defer func() {
-		if cap(f.b) <= 4<<20 { // do not keep a huge request's buffer
+		if cap(f.B) <= 4<<20 { // do not keep a huge request's buffer
 			framePool.Put(f)
 		}
 	}()
@@ -224,7 +225,7 @@ func replicateHandler(srv any, ctx context.Context, dec func(any) error, interce
 	}
 	p := srv.(*PeerServer)
 	handle := func(ctx context.Context, req any) (any, error) {
-		resp, err := p.node.replicateFrame(req.(*frame))
+		resp, err := p.node.replicateFrame(req.(*peers.Frame))
 		return resp, toStatus(err)
 	}
 	if interceptor == nil {

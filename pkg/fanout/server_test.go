@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -373,13 +374,13 @@ func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
 	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), []byte{0x0a, 0x05, 'a'})
 	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), good)
 	var resp fanoutv1.ReplicateResponse
-	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame{b: body}, &resp); err != nil {
+	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: body}, &resp); err != nil {
 		t.Fatal(err)
 	}
 	want := []fanoutv1.ItemStatus{fanoutv1.ItemStatus_ITEM_STATUS_INVALID, fanoutv1.ItemStatus_ITEM_STATUS_OK}
 	if !slices.Equal(resp.Statuses, want) {
 		t.Fatalf("statuses %v, want %v", resp.Statuses, want)
 	}
-	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame{b: []byte{0xff, 0xff}}, &resp)
+	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: []byte{0xff, 0xff}}, &resp)
 	wantInvalid(t, err, "request")
 }

@@ -7,9 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/fanout/fanout/pkg/peers"
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -19,46 +16,11 @@ import (
 // copies the event's bytes once, and writes them into Subscribe messages unchanged.
 // Decoding every event into an Event (its struct, strings, payload, map) and encoding
 // it again for each subscriber was a third of a saturated receiver's CPU, most of it GC.
-// The wire format is fanout.v1's; peers and apps see no difference.
-
-// frame is one gRPC message's bytes, undecoded. The codec below passes it through.
-type frame struct{ b []byte }
-
-// frameCodec is gRPC's protobuf codec, except that it hands a *frame's bytes through in
-// both directions. It is registered as "proto" for the whole process (init), so every
-// server and client of this package speaks it without an option; any other message
-// goes to gRPC's own protobuf codec.
-type frameCodec struct{ base encoding.CodecV2 }
-
-func init() {
-	encoding.RegisterCodecV2(frameCodec{base: encoding.GetCodecV2(grpcproto.Name)})
-}
-
-func (frameCodec) Name() string { return grpcproto.Name }
-
-func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if f, ok := v.(*frame); ok {
-		// gRPC writes the message after SendMsg returns and frees what Marshal gave
-		// it, so it gets a pooled copy and the caller keeps its buffer.
-		return mem.BufferSlice{mem.Copy(f.b, peers.BufferPool())}, nil
-	}
-	return c.base.Marshal(v)
-}
-
-func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if f, ok := v.(*frame); ok {
-		// data is gRPC's and is reused once Unmarshal returns: copy it.
-		f.b = f.b[:0]
-		for _, buf := range data {
-			f.b = append(f.b, buf.ReadOnlyData()...)
-		}
-		return nil
-	}
-	return c.base.Unmarshal(data, v)
-}
+// The wire format is fanout.v1's; peers and apps see no difference. peers.Frame carries
+// such bytes through gRPC.
 
 // framePool recycles the request frames of Replicate calls.
-var framePool = sync.Pool{New: func() any { return new(frame) }}
+var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
 
 // Field numbers of fanout.v1 messages (proto/fanout/v1/*.proto).
 const (
