@@ -39,7 +39,8 @@
 // request's bytes to the node undecoded; a protowire reader takes each event's task_id
 // and version and checks the limits exactly as decoding and validateEvent would
 // (FuzzReadEvent); an admitted event is one copy of its bytes, and Subscribe writes
-// those bytes into its messages unchanged. A process-wide "proto" codec passes such
+// those bytes into its messages unchanged. A process-wide "proto" codec (pkg/peers,
+// frame.go) passes such
 // frames through and leaves every other message to gRPC's protobuf codec.
 //
 // Deliver. The inbox is bounded (--inbox-capacity) and keeps the latest event per
