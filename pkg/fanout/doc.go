@@ -40,8 +40,8 @@
 // and version and checks the limits exactly as decoding and validateEvent would
 // (FuzzReadEvent); an admitted event is one copy of its bytes, and Subscribe writes
 // those bytes into its messages unchanged. A process-wide "proto" codec (pkg/peers,
-// frame.go) passes such
-// frames through and leaves every other message to gRPC's protobuf codec.
+// frame.go) passes such frames through and leaves every other message to gRPC's
+// protobuf codec.
 //
 // Deliver. The inbox is bounded (--inbox-capacity) and keeps the latest event per
 // task_id in place, like a batcher's pending. A single pump goroutine moves events, in
