@@ -95,6 +95,9 @@ func FuzzReadEvent(f *testing.F) {
 		}
 		want := l.validateEvent(0, &ev) == nil && ev.GetVersion() != 0
 		got := ok && h.version != 0 // the node answers INVALID for version 0 too
+		if ok && string(b[h.taskOff:h.taskOff+len(h.taskID)]) != string(h.taskID) {
+			t.Fatalf("task_id offset %d does not point at %q", h.taskOff, h.taskID)
+		}
 		if got != want || (got && (string(h.taskID) != ev.GetTaskId() || h.version != ev.GetVersion())) {
 			t.Fatalf("readEvent = %q v%d %v; decoded %v, valid %v", h.taskID, h.version, ok, &ev, want)
 		}

@@ -338,18 +338,17 @@ func (n *Node) admit(i int, raw []byte, origin string, submitted []int64) fanout
 		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
 	}
 	n.clock.observe(h.version)
-	// The table is keyed by the task_id string; the copy is made only for an event that
-	// wins (put), so a stale duplicate costs no allocation.
-	var d delivery
-	put := func() bool {
-		d.raw, d.taskID = ownEvent(raw, h.taskID)
-		d.version, d.origin = h.version, origin
+	// The event's bytes are copied only for an event that wins (put), so a stale
+	// duplicate costs no allocation; the copy's task_id is the string the table keeps.
+	put := func() (string, bool) {
+		d := delivery{version: h.version, origin: origin}
+		d.raw, d.taskID = ownEvent(raw, h)
 		if len(submitted) > i {
 			d.submitted = submitted[i]
 		}
-		return n.inbox.put(d)
+		return d.taskID, n.inbox.put(d)
 	}
-	switch n.versions.admitBytes(h.taskID, stamp{version: h.version, origin: origin}, put, func() string { return d.taskID }) {
+	switch n.versions.admit(h.taskID, stamp{version: h.version, origin: origin}, put) {
 	case admitted:
 		return fanoutv1.ItemStatus_ITEM_STATUS_OK
 	case busy:

@@ -26,7 +26,7 @@ func BenchmarkVersionTable(b *testing.B) {
 			accept := func() bool { return true }
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				vt.admit(ids[i%keys], stamp{version: uint64(i + 1), origin: "a"}, accept)
+				vt.admitString(ids[i%keys], stamp{version: uint64(i + 1), origin: "a"}, accept)
 			}
 		})
 		b.Run(fmt.Sprintf("admit-parallel/keys=%d", keys), func(b *testing.B) {
@@ -37,7 +37,7 @@ func BenchmarkVersionTable(b *testing.B) {
 				i := 0
 				for pb.Next() {
 					i++
-					vt.admit(ids[i%keys], stamp{version: uint64(i), origin: "a"}, accept)
+					vt.admitString(ids[i%keys], stamp{version: uint64(i), origin: "a"}, accept)
 				}
 			})
 		})
@@ -52,12 +52,12 @@ func BenchmarkVersionTableChurn(b *testing.B) {
 	vt := newVersionTable(capacity)
 	accept := func() bool { return true }
 	for i := range capacity {
-		vt.admit(ids[i], stamp{version: 1, origin: "a"}, accept)
+		vt.admitString(ids[i], stamp{version: 1, origin: "a"}, accept)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		vt.admit(ids[(capacity+i)%len(ids)], stamp{version: uint64(i + 2), origin: "a"}, accept)
+		vt.admitString(ids[(capacity+i)%len(ids)], stamp{version: uint64(i + 2), origin: "a"}, accept)
 	}
 }
 
@@ -72,7 +72,7 @@ func BenchmarkVersionTableGrow(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		vt.admit(ids[i], stamp{version: uint64(i + 1), origin: "a"}, accept)
+		vt.admitString(ids[i], stamp{version: uint64(i + 1), origin: "a"}, accept)
 	}
 }
 

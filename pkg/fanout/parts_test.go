@@ -80,10 +80,24 @@ func TestHLCConcurrentUnique(t *testing.T) {
 
 // get returns the stamp held for taskID (tests only).
 func (t *versionTable) get(taskID string) (stamp, bool) {
-	sh, h := t.locate(taskID)
+	sh, h := t.locate(bytesOf(taskID))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.peek(h, taskID)
+}
+
+// peek returns the stamp of taskID without touching recency. Caller holds mu.
+func (sh *versionShard) peek(h uint64, taskID string) (stamp, bool) {
+	if n := sh.find(h, bytesOf(taskID)); n != nil {
+		return n.s, true
+	}
+	return stamp{}, false
+}
+
+// admitString is admit for a task_id held as a string, with a put that only says
+// whether it took the event (tests and benchmarks).
+func (t *versionTable) admitString(taskID string, s stamp, put func() bool) admitResult {
+	return t.admit(bytesOf(taskID), s, func() (string, bool) { return taskID, put() })
 }
 
 func TestStampOrder(t *testing.T) {
@@ -136,7 +150,7 @@ func TestVersionShardLRU(t *testing.T) {
 	for step := range 5000 {
 		id := fmt.Sprintf("k%d", rng.IntN(6))
 		h := hashOf(id)
-		sh.store(sh.find(h, id), h, id, stamp{version: uint64(step)})
+		sh.store(sh.find(h, bytesOf(id)), h, id, stamp{version: uint64(step)})
 		model = slices.DeleteFunc(model, func(m string) bool { return m == id })
 		model = append([]string{id}, model...)
 		if len(model) > 3 {
@@ -145,7 +159,7 @@ func TestVersionShardLRU(t *testing.T) {
 		var got []string
 		for n := sh.head; n != nil; n = n.next {
 			got = append(got, n.taskID)
-			if sh.find(hashOf(n.taskID), n.taskID) != n || n.hash != hashOf(n.taskID) {
+			if sh.find(hashOf(n.taskID), bytesOf(n.taskID)) != n || n.hash != hashOf(n.taskID) {
 				t.Fatalf("step %d: list node %s not found through its hash chain", step, n.taskID)
 			}
 		}
@@ -168,17 +182,17 @@ func TestVersionTableAdmit(t *testing.T) {
 	vt := newVersionTable(100)
 	accept := func() bool { return true }
 	refuse := func() bool { return false }
-	if r := vt.admit("k", stamp{5, "a"}, refuse); r != busy {
+	if r := vt.admitString("k", stamp{5, "a"}, refuse); r != busy {
 		t.Fatalf("refused put: %v, want busy", r)
 	}
 	if _, ok := vt.get("k"); ok {
 		t.Fatal("busy admit recorded the version")
 	}
-	if r := vt.admit("k", stamp{5, "a"}, accept); r != admitted {
+	if r := vt.admitString("k", stamp{5, "a"}, accept); r != admitted {
 		t.Fatalf("%v, want admitted", r)
 	}
 	called := false
-	if r := vt.admit("k", stamp{5, "a"}, func() bool { called = true; return true }); r != stale || called {
+	if r := vt.admitString("k", stamp{5, "a"}, func() bool { called = true; return true }); r != stale || called {
 		t.Fatalf("duplicate: %v (put called %v), want stale without put", r, called)
 	}
 }
@@ -358,6 +372,6 @@ func deliveryOf(ev *fanoutv1.Event, origin string) delivery {
 		panic(fmt.Sprintf("invalid test event %v", ev))
 	}
 	d := delivery{version: h.version, origin: origin}
-	d.raw, d.taskID = ownEvent(b, h.taskID)
+	d.raw, d.taskID = ownEvent(b, h)
 	return d
 }

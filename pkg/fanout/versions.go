@@ -69,32 +69,15 @@ func newVersionTable(capacity int) *versionTable {
 	return t
 }
 
-// find returns the node of taskID, or nil. Caller holds mu.
-func (sh *versionShard) find(h uint64, taskID string) *versionNode {
-	for n := sh.byHash[h]; n != nil; n = n.same {
-		if n.taskID == taskID {
-			return n
-		}
-	}
-	return nil
-}
-
-// findBytes is find for a task_id in bytes (the comparison does not allocate).
-func (sh *versionShard) findBytes(h uint64, taskID []byte) *versionNode {
+// find returns the node of taskID, or nil. Caller holds mu. The comparison does not
+// allocate.
+func (sh *versionShard) find(h uint64, taskID []byte) *versionNode {
 	for n := sh.byHash[h]; n != nil; n = n.same {
 		if n.taskID == string(taskID) {
 			return n
 		}
 	}
 	return nil
-}
-
-// peek returns the stamp of taskID without touching recency. Caller holds mu.
-func (sh *versionShard) peek(h uint64, taskID string) (stamp, bool) {
-	if n := sh.find(h, taskID); n != nil {
-		return n.s, true
-	}
-	return stamp{}, false
 }
 
 // store sets s on n, or on a new node for taskID when n is nil (evicting the least
@@ -163,18 +146,21 @@ func (sh *versionShard) unlink(n *versionNode) {
 }
 
 // locate hashes taskID once: the hash picks the shard and keys its map.
-func (t *versionTable) locate(taskID string) (*versionShard, uint64) {
-	h := maphash.String(t.seed, taskID)
+func (t *versionTable) locate(taskID []byte) (*versionShard, uint64) {
+	h := maphash.Bytes(t.seed, taskID)
 	return &t.shards[h%versionShards], h
 }
+
+// bytesOf is a read-only view of s's bytes, for the lookups that take bytes.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // record stores s for taskID if it is newer than what the table holds. It is how the
 // origin remembers its own submissions.
 func (t *versionTable) record(taskID string, s stamp) {
-	sh, h := t.locate(taskID)
+	sh, h := t.locate(bytesOf(taskID))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if n := sh.find(h, taskID); n == nil || s.newerThan(n.s) {
+	if n := sh.find(h, bytesOf(taskID)); n == nil || s.newerThan(n.s) {
 		sh.store(n, h, taskID, s)
 	}
 }
@@ -188,32 +174,24 @@ const (
 	busy                        // newer, but put refused it (inbox full)
 )
 
-// admit decides a replicated event: if s is newer than the table, it calls put, and
-// records s only if put accepted. The check and the record happen under one lock, so
-// two origins racing on the same task_id are ordered, and a BUSY event leaves the
-// table untouched (its retry is not mistaken for a duplicate).
-func (t *versionTable) admit(taskID string, s stamp, put func() bool) admitResult {
-	return t.admitBytes(unsafe.Slice(unsafe.StringData(taskID), len(taskID)), s, put, func() string { return taskID })
-}
-
-// admitBytes is admit for a task_id still in a request's bytes. A new task_id needs a
-// string to keep: key returns it, and is called only after put accepted the event.
-func (t *versionTable) admitBytes(taskID []byte, s stamp, put func() bool, key func() string) admitResult {
-	h := maphash.Bytes(t.seed, taskID) // equals maphash.String of the same text
-	sh := &t.shards[h%versionShards]
+// admit decides a replicated event whose task_id is still in the request's bytes: if
+// s is newer than the table, it calls put, and records s only if put accepted. put
+// returns the task_id as a string the table may keep (it is only used for a task_id the
+// table does not hold yet). The check and the record happen under one lock, so two
+// origins racing on the same task_id are ordered, and a BUSY event leaves the table
+// untouched (its retry is not mistaken for a duplicate).
+func (t *versionTable) admit(taskID []byte, s stamp, put func() (key string, ok bool)) admitResult {
+	sh, h := t.locate(taskID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := sh.findBytes(h, taskID)
+	n := sh.find(h, taskID)
 	if n != nil && !s.newerThan(n.s) {
 		return stale
 	}
-	if !put() {
+	key, ok := put()
+	if !ok {
 		return busy
 	}
-	id := ""
-	if n == nil {
-		id = key()
-	}
-	sh.store(n, h, id, s)
+	sh.store(n, h, key, s)
 	return admitted
 }

@@ -50,7 +50,7 @@ var errMalformed = errors.New("not a valid protobuf message")
 // parseReplicate reads a ReplicateRequest. Unknown fields are skipped, as protobuf does.
 func parseReplicate(b []byte, r *rawReplicate) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := peers.ConsumeTag(b)
 		if n < 0 {
 			return errMalformed
 		}
@@ -100,7 +100,8 @@ func parseReplicate(b []byte, r *rawReplicate) error {
 
 // eventHead is what a receiver reads of one event.
 type eventHead struct {
-	taskID  []byte
+	taskID  []byte // aliases the event's bytes, at taskOff
+	taskOff int
 	version uint64
 }
 
@@ -117,7 +118,7 @@ func (l Limits) readEvent(b []byte) (eventHead, bool) {
 	var ttlSecs, ttlNanos uint64 // merged over every ttl field
 	whole := b
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := peers.ConsumeTag(b)
 		if n < 0 {
 			return h, false
 		}
@@ -134,7 +135,7 @@ func (l Limits) readEvent(b []byte) (eventHead, bool) {
 				if !utf8.Valid(v) { // protobuf refuses every bad occurrence, not only the last
 					return h, false
 				}
-				h.taskID = v
+				h.taskID, h.taskOff = v, len(whole)-len(b)-len(v)
 			case eventPayload:
 				payload = len(v)
 			case eventAttributes:
@@ -145,7 +146,7 @@ func (l Limits) readEvent(b []byte) (eventHead, bool) {
 				attrs++
 				attrBytes += len(k) + len(val)
 			case eventTTL:
-				if !readDuration(v, &ttlSecs, &ttlNanos) {
+				if !peers.ReadSecondsNanos(v, &ttlSecs, &ttlNanos) {
 					return h, false
 				}
 			}
@@ -175,7 +176,7 @@ func (l Limits) readEvent(b []byte) (eventHead, bool) {
 // readAttribute reads one map entry (key 1, value 2, both UTF-8 strings).
 func readAttribute(b []byte) (key, val []byte, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := peers.ConsumeTag(b)
 		if n < 0 {
 			return nil, nil, false
 		}
@@ -206,7 +207,7 @@ func readAttribute(b []byte) (key, val []byte, ok bool) {
 func distinctAttributes(b []byte) (count, size int) {
 	m := map[string]string{}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := peers.ConsumeTag(b)
 		b = b[n:]
 		if num == eventAttributes && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
@@ -223,35 +224,6 @@ func distinctAttributes(b []byte) (count, size int) {
 	return len(m), size
 }
 
-// readDuration merges one google.protobuf.Duration message into secs and nanos.
-func readDuration(b []byte, secs, nanos *uint64) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		if typ == protowire.VarintType && (num == 1 || num == 2) {
-			x, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			if num == 1 {
-				*secs = x
-			} else {
-				*nanos = x
-			}
-			b = b[n:]
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
-
 // validDuration is durationpb's CheckValid, and not negative (validateEvent's ttl rule).
 func validDuration(secs, nanos int64) bool {
 	const maxSecs = 315576000000
@@ -263,19 +235,12 @@ func validDuration(secs, nanos int64) bool {
 	return secs >= 0 && nanos >= 0
 }
 
-// ownEvent copies an event's bytes out of the request frame, which is reused, and
-// returns them with its task_id as a string that shares the copy (the bytes are never
-// written again). One allocation per admitted event.
-func ownEvent(raw, taskID []byte) ([]byte, string) {
+// ownEvent copies the bytes of the event read as h out of the request frame, which is
+// reused, and returns them with the task_id as a string that shares the copy (the bytes
+// are never written again). One allocation per admitted event.
+func ownEvent(raw []byte, h eventHead) ([]byte, string) {
 	own := append([]byte(nil), raw...)
-	i := indexWithin(raw, taskID)
-	id := own[i : i+len(taskID)]
-	return own, unsafe.String(unsafe.SliceData(id), len(id))
-}
-
-// indexWithin is the offset of sub, a subslice of b, in b.
-func indexWithin(b, sub []byte) int {
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(sub))) - uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+	return own, unsafe.String(&own[h.taskOff], len(h.taskID))
 }
 
 // appendSubscribe appends one SubscribeResponse carrying d to b.

@@ -2,11 +2,9 @@ package loadgen
 
 import (
 	"errors"
-	"fmt"
 
-	"google.golang.org/grpc/mem"
+	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // The bench's subscribers read SubscribeResponse messages straight from the wire bytes
@@ -14,7 +12,8 @@ import (
 // it measures, and a full protobuf decode of every delivery (an Event, its strings and
 // payload, a Timestamp, all allocated) was 45 % of its CPU in a saturated run: CPU the
 // nodes did not get. A NATS bench client, likewise, does not decode what it counts.
-// FuzzEachDelivery checks the reader against the protobuf decoder.
+// The stream hands over each message's bytes as a peers.Frame, which the sidecar's
+// codec passes through; FuzzEachDelivery checks the reader against the protobuf decoder.
 
 // delivered is what the bench needs of one delivery. Its slices alias the frame.
 type delivered struct {
@@ -24,43 +23,9 @@ type delivered struct {
 	submitted int64 // unix nanos at the origin; 0 when absent
 }
 
-// rawFrame is one message's bytes, undecoded. Unmarshal reuses its buffer.
-type rawFrame struct{ b []byte }
-
-// leanCodec marshals requests with protobuf and hands responses over as bytes. Its name
-// is "proto" so that the server (which uses the protobuf codec) sees the usual
-// content-type.
-type leanCodec struct{}
-
-func (leanCodec) Name() string { return "proto" }
-
-func (leanCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("leanCodec: cannot marshal %T", v)
-	}
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-}
-
-func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	f, ok := v.(*rawFrame)
-	if !ok {
-		return fmt.Errorf("leanCodec: cannot unmarshal into %T", v)
-	}
-	f.b = f.b[:0]
-	for _, buf := range data { // gRPC reuses data's buffers after we return: copy
-		f.b = append(f.b, buf.ReadOnlyData()...)
-	}
-	return nil
-}
-
 var errMalformed = errors.New("malformed SubscribeResponse")
 
-// Field numbers of fanout.v1.SubscribeResponse, Event and google.protobuf.Timestamp.
+// Field numbers of fanout.v1.SubscribeResponse and Event.
 const (
 	respEvent       = 1
 	respSubmittedAt = 3
@@ -68,8 +33,6 @@ const (
 	eventTaskID     = 1
 	eventPayload    = 2
 	eventVersion    = 4
-	tsSeconds       = 1
-	tsNanos         = 2
 )
 
 // eachDelivery calls fn for the delivery of one SubscribeResponse, or for each item of
@@ -79,7 +42,7 @@ func eachDelivery(b []byte, fn func(*delivered)) error {
 	var secs, nanos uint64 // submitted_at; a repeated message field merges
 	hasEvent, hasTime := false, false
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := peers.ConsumeTag(b)
 		if n < 0 {
 			return errMalformed
 		}
@@ -103,7 +66,9 @@ func eachDelivery(b []byte, fn func(*delivered)) error {
 			err = readEvent(v, &d)
 		case respSubmittedAt:
 			hasTime = true
-			err = readTimestamp(v, &secs, &nanos)
+			if !peers.ReadSecondsNanos(v, &secs, &nanos) {
+				err = errMalformed
+			}
 		case respBatch:
 			err = eachDelivery(v, fn)
 		}
@@ -124,7 +89,7 @@ func eachDelivery(b []byte, fn func(*delivered)) error {
 // merges, and a repeated scalar keeps the last value, as in protobuf.
 func readEvent(b []byte, d *delivered) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := peers.ConsumeTag(b)
 		if n < 0 {
 			return errMalformed
 		}
@@ -136,30 +101,6 @@ func readEvent(b []byte, d *delivered) error {
 			d.payload, n = protowire.ConsumeBytes(b)
 		case num == eventVersion && typ == protowire.VarintType:
 			d.version, n = protowire.ConsumeVarint(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return errMalformed
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// readTimestamp reads a google.protobuf.Timestamp's fields into secs and nanos.
-func readTimestamp(b []byte, secs, nanos *uint64) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errMalformed
-		}
-		b = b[n:]
-		switch {
-		case num == tsSeconds && typ == protowire.VarintType:
-			*secs, n = protowire.ConsumeVarint(b)
-		case num == tsNanos && typ == protowire.VarintType:
-			*nanos, n = protowire.ConsumeVarint(b)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}

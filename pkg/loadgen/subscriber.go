@@ -7,6 +7,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 )
 
@@ -40,9 +41,9 @@ type subscriber struct {
 func (s *subscriber) run(ctx context.Context) error {
 	streamCtx, cancel := withoutDeadline(ctx)
 	defer cancel()
-	// The stream reads raw frames (lean.go): the generated client would decode them.
+	// The stream reads frames (lean.go): the generated client would decode them.
 	desc := &fanoutv1.FanoutService_ServiceDesc.Streams[1]
-	stream, err := s.cc.NewStream(streamCtx, desc, fanoutv1.FanoutService_Subscribe_FullMethodName, grpc.ForceCodecV2(leanCodec{}))
+	stream, err := s.cc.NewStream(streamCtx, desc, fanoutv1.FanoutService_Subscribe_FullMethodName)
 	if err == nil {
 		err = stream.SendMsg(&fanoutv1.SubscribeRequest{TaskIdPrefix: s.cfg.Prefix, MaxBatch: uint32(s.cfg.SubscribeBatch)})
 	}
@@ -52,7 +53,7 @@ func (s *subscriber) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 	}
-	var frame rawFrame
+	var frame peers.Frame
 	for {
 		if err := stream.RecvMsg(&frame); err != nil {
 			if ctx.Err() != nil {
@@ -61,7 +62,7 @@ func (s *subscriber) run(ctx context.Context) error {
 			return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 		}
 		arrival := s.clock.since()
-		if err := eachDelivery(frame.b, func(d *delivered) { s.observe(d, arrival) }); err != nil {
+		if err := eachDelivery(frame.B, func(d *delivered) { s.observe(d, arrival) }); err != nil {
 			return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 		}
 	}
