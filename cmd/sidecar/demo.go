@@ -270,10 +270,10 @@ func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prev
 		}
 	}
 	fmt.Fprintln(tw, "\t\t\t\t\t\t")
-	fmt.Fprintln(tw, "NODE\tDELIVERED/S\tINBOX\t\t\t\t")
+	fmt.Fprintln(tw, "NODE\tDELIVERED/S\tKEYS\t\t\t\t")
 	for i, n := range nodes {
 		d := n.delivered.Load()
-		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.inst.node.ID(), d-prevDelivered[i], statuses[i].GetInbox())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.inst.node.ID(), d-prevDelivered[i], statuses[i].GetState().GetKeys())
 		prevDelivered[i] = d
 	}
 	tw.Flush()

@@ -60,7 +60,10 @@ func fetchStatus(ctx context.Context, addr string) (*fanoutv1.GetStatusResponse,
 }
 
 func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
-	fmt.Fprintf(w, "node %s   inbox %d   subscribers %d   delivered %d\n\n", st.GetNodeId(), st.GetInbox(), st.GetSubscribers(), st.GetDelivered())
+	state := st.GetState()
+	fmt.Fprintf(w, "node %s   keys %d/%d   bytes %d/%d   revision %d   subscribers %d   delivered %d\n\n",
+		st.GetNodeId(), state.GetKeys(), state.GetMaxKeys(), state.GetBytes(), state.GetMaxBytes(),
+		state.GetRevision(), st.GetSubscribers(), st.GetDelivered())
 	if len(st.GetPeers()) == 0 {
 		fmt.Fprintln(w, "no peers")
 		return

@@ -10,7 +10,6 @@ func (n *Node) Status() *fanoutv1.GetStatusResponse {
 	resp := &fanoutv1.GetStatusResponse{
 		NodeId:      n.cfg.NodeID,
 		Peers:       make([]*fanoutv1.PeerStatus, 0, len(links)),
-		Inbox:       uint64(n.inbox.len()),
 		Subscribers: uint64(n.inbox.subscribers()),
 		Delivered:   n.inbox.deliver.Load(),
 	}

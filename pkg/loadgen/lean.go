@@ -29,15 +29,31 @@ var errMalformed = errors.New("malformed SubscribeResponse")
 const (
 	respEvent       = 1
 	respSubmittedAt = 3
-	respBatch       = 4
+	respBatch       = 6 // repeated Entry, whose fields 1 and 3 are the response's
 	eventTaskID     = 1
 	eventPayload    = 2
 	eventVersion    = 4
 )
 
-// eachDelivery calls fn for the delivery of one SubscribeResponse, or for each item of
-// its batch field. Unknown fields are skipped, as protobuf does.
+// eachDelivery calls fn for the delivery of one SubscribeResponse, then for each Entry
+// of its batch field. Unknown fields are skipped, as protobuf does.
 func eachDelivery(b []byte, fn func(*delivered)) error {
+	var batch [][]byte
+	if err := readDelivery(b, fn, &batch); err != nil {
+		return err
+	}
+	for _, e := range batch {
+		if err := readDelivery(e, fn, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDelivery reads one SubscribeResponse (batch != nil: its batch items are
+// collected) or one Entry (batch == nil: field 6 is unknown to it) and calls fn when
+// it carries an event.
+func readDelivery(b []byte, fn func(*delivered), batch *[][]byte) error {
 	var d delivered
 	var secs, nanos uint64 // submitted_at; a repeated message field merges
 	hasEvent, hasTime := false, false
@@ -47,7 +63,7 @@ func eachDelivery(b []byte, fn func(*delivered)) error {
 			return errMalformed
 		}
 		b = b[n:]
-		if typ != protowire.BytesType || (num != respEvent && num != respSubmittedAt && num != respBatch) {
+		if typ != protowire.BytesType || (num != respEvent && num != respSubmittedAt && (num != respBatch || batch == nil)) {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 				return errMalformed
 			}
@@ -70,7 +86,7 @@ func eachDelivery(b []byte, fn func(*delivered)) error {
 				err = errMalformed
 			}
 		case respBatch:
-			err = eachDelivery(v, fn)
+			*batch = append(*batch, v)
 		}
 		if err != nil {
 			return err

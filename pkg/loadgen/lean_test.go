@@ -23,14 +23,16 @@ func observeMsg(t *testing.T, s *subscriber, resp *fanoutv1.SubscribeResponse, a
 	}
 }
 
-// flatten is what the raw reader must find in r: its own event, or its batch's.
-func flatten(r *fanoutv1.SubscribeResponse) []*fanoutv1.SubscribeResponse {
-	var out []*fanoutv1.SubscribeResponse
-	for _, it := range r.GetBatch() {
-		out = append(out, flatten(it)...)
-	}
+// flatten is what the raw reader must find in r: its own event, then its batch's.
+func flatten(r *fanoutv1.SubscribeResponse) []*fanoutv1.Entry {
+	var out []*fanoutv1.Entry
 	if r.GetEvent() != nil {
-		out = append(out, r)
+		out = append(out, &fanoutv1.Entry{Event: r.GetEvent(), SubmittedAt: r.GetSubmittedAt()})
+	}
+	for _, it := range r.GetBatch() {
+		if it.GetEvent() != nil {
+			out = append(out, it)
+		}
 	}
 	return out
 }
@@ -68,8 +70,8 @@ func TestEachDeliveryMatchesProtobuf(t *testing.T) {
 		Event:      &fanoutv1.Event{TaskId: "t1", Payload: []byte("abc"), Version: 7, Attributes: map[string]string{"k": "v"}},
 		OriginNode: "a", SubmittedAt: ts,
 	}
-	batch := &fanoutv1.SubscribeResponse{Batch: []*fanoutv1.SubscribeResponse{
-		single,
+	batch := &fanoutv1.SubscribeResponse{Batch: []*fanoutv1.Entry{
+		{Event: single.Event, OriginNode: "a", SubmittedAt: ts, Revision: 9},
 		{Event: &fanoutv1.Event{TaskId: "t2", Version: 1<<63 + 5}, OriginNode: "b"}, // no payload, no time
 		{Event: &fanoutv1.Event{TaskId: "t3", Payload: make([]byte, 300)}, SubmittedAt: timestamppb.New(time.Unix(-5, 1))},
 	}}
@@ -92,7 +94,7 @@ func TestEachDeliveryMatchesProtobuf(t *testing.T) {
 func FuzzEachDelivery(f *testing.F) {
 	for _, m := range []*fanoutv1.SubscribeResponse{
 		{Event: &fanoutv1.Event{TaskId: "x", Payload: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Version: 3}, SubmittedAt: timestamppb.Now()},
-		{Batch: []*fanoutv1.SubscribeResponse{{Event: &fanoutv1.Event{TaskId: "a"}}, {Event: &fanoutv1.Event{TaskId: "b", Version: 2}}}},
+		{Batch: []*fanoutv1.Entry{{Event: &fanoutv1.Event{TaskId: "a"}}, {Event: &fanoutv1.Event{TaskId: "b", Version: 2}}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)

@@ -84,6 +84,63 @@ func (AckPolicy) EnumDescriptor() ([]byte, []int) {
 	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{0}
 }
 
+type EventOutcome int32
+
+const (
+	EventOutcome_EVENT_OUTCOME_UNSPECIFIED EventOutcome = 0
+	// EVENT_OUTCOME_ACCEPTED: stored as the key's latest state and fanned out.
+	EventOutcome_EVENT_OUTCOME_ACCEPTED EventOutcome = 1
+	// EVENT_OUTCOME_STALE: the node holds a newer (or the same) version of the key;
+	// the event was neither stored nor sent.
+	EventOutcome_EVENT_OUTCOME_STALE EventOutcome = 2
+	// EVENT_OUTCOME_REFUSED: the state table is at a bound (--state-max-keys or
+	// --state-max-bytes) and cannot take it; nothing was stored or sent.
+	EventOutcome_EVENT_OUTCOME_REFUSED EventOutcome = 3
+)
+
+// Enum value maps for EventOutcome.
+var (
+	EventOutcome_name = map[int32]string{
+		0: "EVENT_OUTCOME_UNSPECIFIED",
+		1: "EVENT_OUTCOME_ACCEPTED",
+		2: "EVENT_OUTCOME_STALE",
+		3: "EVENT_OUTCOME_REFUSED",
+	}
+	EventOutcome_value = map[string]int32{
+		"EVENT_OUTCOME_UNSPECIFIED": 0,
+		"EVENT_OUTCOME_ACCEPTED":    1,
+		"EVENT_OUTCOME_STALE":       2,
+		"EVENT_OUTCOME_REFUSED":     3,
+	}
+)
+
+func (x EventOutcome) Enum() *EventOutcome {
+	p := new(EventOutcome)
+	*p = x
+	return p
+}
+
+func (x EventOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_fanout_v1_fanout_proto_enumTypes[1].Descriptor()
+}
+
+func (EventOutcome) Type() protoreflect.EnumType {
+	return &file_fanout_v1_fanout_proto_enumTypes[1]
+}
+
+func (x EventOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventOutcome.Descriptor instead.
+func (EventOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{1}
+}
+
 type PeerAckState int32
 
 const (
@@ -127,11 +184,11 @@ func (x PeerAckState) String() string {
 }
 
 func (PeerAckState) Descriptor() protoreflect.EnumDescriptor {
-	return file_fanout_v1_fanout_proto_enumTypes[1].Descriptor()
+	return file_fanout_v1_fanout_proto_enumTypes[2].Descriptor()
 }
 
 func (PeerAckState) Type() protoreflect.EnumType {
-	return &file_fanout_v1_fanout_proto_enumTypes[1]
+	return &file_fanout_v1_fanout_proto_enumTypes[2]
 }
 
 func (x PeerAckState) Number() protoreflect.EnumNumber {
@@ -140,7 +197,7 @@ func (x PeerAckState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerAckState.Descriptor instead.
 func (PeerAckState) EnumDescriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{1}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{2}
 }
 
 // Event is one change to the thing named by task_id. Peers keep only the latest
@@ -159,7 +216,11 @@ type Event struct {
 	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	// ttl bounds how long the event may wait in a queue. 0 means the node's
 	// --task-ttl default (which is 0: never expire). Negative is invalid.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// deleted makes this event a tombstone: the key is deleted at this version. Get
+	// and snapshots omit it, watchers see the deletion, and last-writer-wins applies
+	// to it like any write. Tombstones are collected after --tombstone-ttl.
+	Deleted       bool `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +288,13 @@ func (x *Event) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *Event) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
 }
 
 type SubmitRequest struct {
@@ -309,8 +377,11 @@ type SubmitResponse struct {
 	Versions []uint64 `protobuf:"varint,2,rep,packed,name=versions,proto3" json:"versions,omitempty"`
 	// peer_acks has one entry per peer when ack waits for peers.
 	PeerAcks []*PeerAck `protobuf:"bytes,3,rep,name=peer_acks,json=peerAcks,proto3" json:"peer_acks,omitempty"`
-	// satisfied says whether the ack policy was met.
-	Satisfied     bool `protobuf:"varint,4,opt,name=satisfied,proto3" json:"satisfied,omitempty"`
+	// satisfied says whether the ack policy was met by the events this node accepted
+	// (events answered STALE or REFUSED are not sent, so no peer acknowledges them).
+	Satisfied bool `protobuf:"varint,4,opt,name=satisfied,proto3" json:"satisfied,omitempty"`
+	// results[i] is what this node did with events[i].
+	Results       []*EventResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +444,94 @@ func (x *SubmitResponse) GetSatisfied() bool {
 	return false
 }
 
+func (x *SubmitResponse) GetResults() []*EventResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// EventResult is one submitted event's outcome on the node it was submitted to.
+type EventResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outcome EventOutcome           `protobuf:"varint,1,opt,name=outcome,proto3,enum=fanout.v1.EventOutcome" json:"outcome,omitempty"`
+	// revision is the state table revision of the change (ACCEPTED only).
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// current_version and current_origin are the entry that won (STALE only): the
+	// node already holds this (version, origin) or a newer one.
+	CurrentVersion uint64 `protobuf:"varint,3,opt,name=current_version,json=currentVersion,proto3" json:"current_version,omitempty"`
+	CurrentOrigin  string `protobuf:"bytes,4,opt,name=current_origin,json=currentOrigin,proto3" json:"current_origin,omitempty"`
+	// detail explains REFUSED, e.g. "state table full: 1000000 keys (--state-max-keys)".
+	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventResult) Reset() {
+	*x = EventResult{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventResult) ProtoMessage() {}
+
+func (x *EventResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventResult.ProtoReflect.Descriptor instead.
+func (*EventResult) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EventResult) GetOutcome() EventOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return EventOutcome_EVENT_OUTCOME_UNSPECIFIED
+}
+
+func (x *EventResult) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EventResult) GetCurrentVersion() uint64 {
+	if x != nil {
+		return x.CurrentVersion
+	}
+	return 0
+}
+
+func (x *EventResult) GetCurrentOrigin() string {
+	if x != nil {
+		return x.CurrentOrigin
+	}
+	return ""
+}
+
+func (x *EventResult) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 type PeerAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// peer is the peer's address.
@@ -386,7 +545,7 @@ type PeerAck struct {
 
 func (x *PeerAck) Reset() {
 	*x = PeerAck{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[3]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +557,7 @@ func (x *PeerAck) String() string {
 func (*PeerAck) ProtoMessage() {}
 
 func (x *PeerAck) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[3]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +570,7 @@ func (x *PeerAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerAck.ProtoReflect.Descriptor instead.
 func (*PeerAck) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PeerAck) GetPeer() string {
@@ -437,20 +596,36 @@ func (x *PeerAck) GetDetail() string {
 
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// task_id_prefix filters the stream; empty means every event.
+	// task_id_prefix filters the stream; empty means every key. A prefix only
+	// filters what this stream sends: it never drops anything for anyone else.
 	TaskIdPrefix string `protobuf:"bytes,1,opt,name=task_id_prefix,json=taskIdPrefix,proto3" json:"task_id_prefix,omitempty"`
-	// max_batch lets the sidecar pack up to this many deliveries into one response's
-	// `batch` when several are already waiting (it never waits to fill one). 0 or 1:
-	// one delivery per response, in `event`/`origin_node`/`submitted_at`. At most
-	// 10000. Batching cuts the per-message cost of a busy stream several-fold.
-	MaxBatch      uint32 `protobuf:"varint,2,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// max_batch lets the sidecar pack up to this many entries into one response's
+	// `batch` when several are ready (it never waits to fill one). 0 or 1: one entry
+	// per response, in `event`/`origin_node`/`submitted_at`/`revision`. At most 10000.
+	// Batching cuts the per-message cost of a busy stream several-fold.
+	MaxBatch uint32 `protobuf:"varint,2,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// snapshot: first send every current (not deleted) entry under the prefix, then a
+	// response with snapshot_complete set, then live changes.
+	Snapshot bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// from_revision resumes a stream: every key changed after this revision is sent
+	// once, at its latest (deletions included), then live changes. 0: live changes
+	// only (unless snapshot). A revision older than the node can resume from is
+	// refused with OUT_OF_RANGE: subscribe with snapshot instead.
+	FromRevision uint64 `protobuf:"varint,4,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	// include_own adds this node's own writes (events submitted here) to the live
+	// part. The snapshot and a resume always include them.
+	IncludeOwn bool `protobuf:"varint,5,opt,name=include_own,json=includeOwn,proto3" json:"include_own,omitempty"`
+	// max_batch_bytes caps one response's encoded size. 0: the default, 1 MiB, well
+	// under the 4 MiB that gRPC clients accept by default. An entry larger than the
+	// cap is sent alone. At most 64 MiB.
+	MaxBatchBytes uint32 `protobuf:"varint,6,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[4]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +637,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[4]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +650,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubscribeRequest) GetTaskIdPrefix() string {
@@ -492,6 +667,34 @@ func (x *SubscribeRequest) GetMaxBatch() uint32 {
 	return 0
 }
 
+func (x *SubscribeRequest) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetFromRevision() uint64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetIncludeOwn() bool {
+	if x != nil {
+		return x.IncludeOwn
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetMaxBatchBytes() uint32 {
+	if x != nil {
+		return x.MaxBatchBytes
+	}
+	return 0
+}
+
 type SubscribeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Event *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
@@ -499,16 +702,20 @@ type SubscribeResponse struct {
 	OriginNode string `protobuf:"bytes,2,opt,name=origin_node,json=originNode,proto3" json:"origin_node,omitempty"`
 	// submitted_at is when the origin sidecar accepted the event.
 	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
-	// batch holds several deliveries, in order, when the request set max_batch > 1 and
-	// more than one was waiting; the fields above are then empty. Entries never nest.
-	Batch         []*SubscribeResponse `protobuf:"bytes,4,rep,name=batch,proto3" json:"batch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// revision is this node's revision of the change.
+	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// batch holds several entries, in revision order, when the request set
+	// max_batch > 1 and more than one was ready; the fields above are then empty.
+	Batch []*Entry `protobuf:"bytes,6,rep,name=batch,proto3" json:"batch,omitempty"`
+	// snapshot_complete marks the end of the snapshot; the response carries no entry.
+	SnapshotComplete bool `protobuf:"varint,7,opt,name=snapshot_complete,json=snapshotComplete,proto3" json:"snapshot_complete,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[5]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +727,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[5]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +740,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{5}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubscribeResponse) GetEvent() *Event {
@@ -557,11 +764,236 @@ func (x *SubscribeResponse) GetSubmittedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *SubscribeResponse) GetBatch() []*SubscribeResponse {
+func (x *SubscribeResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *SubscribeResponse) GetBatch() []*Entry {
 	if x != nil {
 		return x.Batch
 	}
 	return nil
+}
+
+func (x *SubscribeResponse) GetSnapshotComplete() bool {
+	if x != nil {
+		return x.SnapshotComplete
+	}
+	return false
+}
+
+// Entry is one key's latest state on this node. Its field numbers match
+// SubscribeResponse's, so a one-entry response and an entry encode alike.
+type Entry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Event *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// origin_node is the node_id of the sidecar the event was submitted to.
+	OriginNode string `protobuf:"bytes,2,opt,name=origin_node,json=originNode,proto3" json:"origin_node,omitempty"`
+	// submitted_at is when the origin sidecar accepted the event.
+	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	// revision is this node's revision of the change (node-local, rising).
+	Revision      uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Entry) Reset() {
+	*x = Entry{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Entry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Entry) ProtoMessage() {}
+
+func (x *Entry) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Entry.ProtoReflect.Descriptor instead.
+func (*Entry) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Entry) GetEvent() *Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *Entry) GetOriginNode() string {
+	if x != nil {
+		return x.OriginNode
+	}
+	return ""
+}
+
+func (x *Entry) GetSubmittedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SubmittedAt
+	}
+	return nil
+}
+
+func (x *Entry) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type GetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// task_ids reads these keys; missing and deleted keys are omitted. At most 10000.
+	// Set either task_ids or prefix (an empty prefix lists every key).
+	TaskIds []string `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// prefix lists the keys under it, in revision order (oldest change first).
+	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// limit bounds the entries of one page (prefix only). 0: 1000. At most 10000.
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// page_token continues a listing from a previous response's next_page_token.
+	// A key changed while paging may appear again on a later page, at its newer state;
+	// no key present throughout is missed.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRequest) Reset() {
+	*x = GetRequest{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRequest) ProtoMessage() {}
+
+func (x *GetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
+func (*GetRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *GetRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *GetRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type GetResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// next_page_token is set when the listing has more; pass it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// revision is the table's revision when the page was read: Subscribe with
+	// from_revision set to it to watch every change after this read.
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResponse) Reset() {
+	*x = GetResponse{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResponse) ProtoMessage() {}
+
+func (x *GetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
+func (*GetResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetResponse) GetEntries() []*Entry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *GetResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *GetResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type GetStatusRequest struct {
@@ -572,7 +1004,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[6]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +1016,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[6]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,26 +1029,26 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{6}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{10}
 }
 
 type GetStatusResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Peers  []*PeerStatus          `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
-	// inbox is the number of replicated events waiting for a subscriber.
-	Inbox uint64 `protobuf:"varint,3,opt,name=inbox,proto3" json:"inbox,omitempty"`
 	// subscribers is the number of open Subscribe streams.
 	Subscribers uint64 `protobuf:"varint,4,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
-	// delivered counts events handed to Subscribe streams.
-	Delivered     uint64 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// delivered counts entries sent on Subscribe streams.
+	Delivered uint64 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// state describes this node's state table.
+	State         *StateStatus `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[7]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +1060,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[7]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +1073,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{7}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetStatusResponse) GetNodeId() string {
@@ -658,13 +1090,6 @@ func (x *GetStatusResponse) GetPeers() []*PeerStatus {
 	return nil
 }
 
-func (x *GetStatusResponse) GetInbox() uint64 {
-	if x != nil {
-		return x.Inbox
-	}
-	return 0
-}
-
 func (x *GetStatusResponse) GetSubscribers() uint64 {
 	if x != nil {
 		return x.Subscribers
@@ -675,6 +1100,139 @@ func (x *GetStatusResponse) GetSubscribers() uint64 {
 func (x *GetStatusResponse) GetDelivered() uint64 {
 	if x != nil {
 		return x.Delivered
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetState() *StateStatus {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// StateStatus is the state table: its size against its bounds, and what happened at
+// the bounds.
+type StateStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys counts the entries, tombstones included; max_keys is --state-max-keys.
+	Keys    uint64 `protobuf:"varint,1,opt,name=keys,proto3" json:"keys,omitempty"`
+	MaxKeys uint64 `protobuf:"varint,2,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	// bytes counts the entries' event bytes; max_bytes is --state-max-bytes.
+	Bytes    uint64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	MaxBytes uint64 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// tombstones counts the deleted keys not yet collected.
+	Tombstones uint64 `protobuf:"varint,5,opt,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// revision is the latest revision; compacted_revision the oldest a Subscribe can
+	// resume from (from_revision below it is refused).
+	Revision          uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	CompactedRevision uint64 `protobuf:"varint,7,opt,name=compacted_revision,json=compactedRevision,proto3" json:"compacted_revision,omitempty"`
+	// refused counts writes refused at a bound (answered REFUSED or BUSY).
+	Refused uint64 `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`
+	// stale counts writes not newer than the entry they would replace.
+	Stale uint64 `protobuf:"varint,9,opt,name=stale,proto3" json:"stale,omitempty"`
+	// collected counts tombstones removed after --tombstone-ttl.
+	Collected     uint64 `protobuf:"varint,10,opt,name=collected,proto3" json:"collected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateStatus) Reset() {
+	*x = StateStatus{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateStatus) ProtoMessage() {}
+
+func (x *StateStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateStatus.ProtoReflect.Descriptor instead.
+func (*StateStatus) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StateStatus) GetKeys() uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+func (x *StateStatus) GetMaxKeys() uint64 {
+	if x != nil {
+		return x.MaxKeys
+	}
+	return 0
+}
+
+func (x *StateStatus) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *StateStatus) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *StateStatus) GetTombstones() uint64 {
+	if x != nil {
+		return x.Tombstones
+	}
+	return 0
+}
+
+func (x *StateStatus) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *StateStatus) GetCompactedRevision() uint64 {
+	if x != nil {
+		return x.CompactedRevision
+	}
+	return 0
+}
+
+func (x *StateStatus) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *StateStatus) GetStale() uint64 {
+	if x != nil {
+		return x.Stale
+	}
+	return 0
+}
+
+func (x *StateStatus) GetCollected() uint64 {
+	if x != nil {
+		return x.Collected
 	}
 	return 0
 }
@@ -708,7 +1266,7 @@ type PeerStatus struct {
 
 func (x *PeerStatus) Reset() {
 	*x = PeerStatus{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[8]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +1278,7 @@ func (x *PeerStatus) String() string {
 func (*PeerStatus) ProtoMessage() {}
 
 func (x *PeerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[8]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +1291,7 @@ func (x *PeerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStatus.ProtoReflect.Descriptor instead.
 func (*PeerStatus) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{8}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PeerStatus) GetAddress() string {
@@ -866,7 +1424,7 @@ var File_fanout_v1_fanout_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\n" +
-	"\x16fanout/v1/fanout.proto\x12\tfanout.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x02\n" +
+	"\x16fanout/v1/fanout.proto\x12\tfanout.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x02\n" +
 	"\x05Event\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12@\n" +
@@ -874,7 +1432,8 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"attributes\x18\x03 \x03(\v2 .fanout.v1.Event.AttributesEntryR\n" +
 	"attributes\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a=\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x18\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x01\n" +
@@ -884,33 +1443,78 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\vack_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"ackTimeout\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\x04R\trequestId\"\x9a\x01\n" +
+	"request_id\x18\x04 \x01(\x04R\trequestId\"\xcc\x01\n" +
 	"\x0eSubmitResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
 	"\bversions\x18\x02 \x03(\x04R\bversions\x12/\n" +
 	"\tpeer_acks\x18\x03 \x03(\v2\x12.fanout.v1.PeerAckR\bpeerAcks\x12\x1c\n" +
-	"\tsatisfied\x18\x04 \x01(\bR\tsatisfied\"d\n" +
+	"\tsatisfied\x18\x04 \x01(\bR\tsatisfied\x120\n" +
+	"\aresults\x18\x05 \x03(\v2\x16.fanout.v1.EventResultR\aresults\"\xc4\x01\n" +
+	"\vEventResult\x121\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x17.fanout.v1.EventOutcomeR\aoutcome\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
+	"\x0fcurrent_version\x18\x03 \x01(\x04R\x0ecurrentVersion\x12%\n" +
+	"\x0ecurrent_origin\x18\x04 \x01(\tR\rcurrentOrigin\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"d\n" +
 	"\aPeerAck\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.fanout.v1.PeerAckStateR\x05state\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"U\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xdf\x01\n" +
 	"\x10SubscribeRequest\x12$\n" +
 	"\x0etask_id_prefix\x18\x01 \x01(\tR\ftaskIdPrefix\x12\x1b\n" +
-	"\tmax_batch\x18\x02 \x01(\rR\bmaxBatch\"\xcf\x01\n" +
+	"\tmax_batch\x18\x02 \x01(\rR\bmaxBatch\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12#\n" +
+	"\rfrom_revision\x18\x04 \x01(\x04R\ffromRevision\x12\x1f\n" +
+	"\vinclude_own\x18\x05 \x01(\bR\n" +
+	"includeOwn\x12&\n" +
+	"\x0fmax_batch_bytes\x18\x06 \x01(\rR\rmaxBatchBytes\"\x92\x02\n" +
 	"\x11SubscribeResponse\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.fanout.v1.EventR\x05event\x12\x1f\n" +
 	"\vorigin_node\x18\x02 \x01(\tR\n" +
 	"originNode\x12=\n" +
-	"\fsubmitted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\x122\n" +
-	"\x05batch\x18\x04 \x03(\v2\x1c.fanout.v1.SubscribeResponseR\x05batch\"\x12\n" +
-	"\x10GetStatusRequest\"\xaf\x01\n" +
+	"\fsubmitted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12&\n" +
+	"\x05batch\x18\x06 \x03(\v2\x10.fanout.v1.EntryR\x05batch\x12+\n" +
+	"\x11snapshot_complete\x18\a \x01(\bR\x10snapshotCompleteJ\x04\b\x04\x10\x05\"\xab\x01\n" +
+	"\x05Entry\x12&\n" +
+	"\x05event\x18\x01 \x01(\v2\x10.fanout.v1.EventR\x05event\x12\x1f\n" +
+	"\vorigin_node\x18\x02 \x01(\tR\n" +
+	"originNode\x12=\n" +
+	"\fsubmitted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vsubmittedAt\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"t\n" +
+	"\n" +
+	"GetRequest\x12\x19\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"}\n" +
+	"\vGetResponse\x12*\n" +
+	"\aentries\x18\x01 \x03(\v2\x10.fanout.v1.EntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\x12\n" +
+	"\x10GetStatusRequest\"\xcd\x01\n" +
 	"\x11GetStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12+\n" +
-	"\x05peers\x18\x02 \x03(\v2\x15.fanout.v1.PeerStatusR\x05peers\x12\x14\n" +
-	"\x05inbox\x18\x03 \x01(\x04R\x05inbox\x12 \n" +
+	"\x05peers\x18\x02 \x03(\v2\x15.fanout.v1.PeerStatusR\x05peers\x12 \n" +
 	"\vsubscribers\x18\x04 \x01(\x04R\vsubscribers\x12\x1c\n" +
-	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\"\xa1\x04\n" +
+	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12,\n" +
+	"\x05state\x18\x06 \x01(\v2\x16.fanout.v1.StateStatusR\x05stateJ\x04\b\x03\x10\x04\"\xa8\x02\n" +
+	"\vStateStatus\x12\x12\n" +
+	"\x04keys\x18\x01 \x01(\x04R\x04keys\x12\x19\n" +
+	"\bmax_keys\x18\x02 \x01(\x04R\amaxKeys\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x04R\bmaxBytes\x12\x1e\n" +
+	"\n" +
+	"tombstones\x18\x05 \x01(\x04R\n" +
+	"tombstones\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision\x12-\n" +
+	"\x12compacted_revision\x18\a \x01(\x04R\x11compactedRevision\x12\x18\n" +
+	"\arefused\x18\b \x01(\x04R\arefused\x12\x14\n" +
+	"\x05stale\x18\t \x01(\x04R\x05stale\x12\x1c\n" +
+	"\tcollected\x18\n" +
+	" \x01(\x04R\tcollected\"\xa1\x04\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
@@ -941,17 +1545,23 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\x11ACK_POLICY_QUEUED\x10\x01\x12\x12\n" +
 	"\x0eACK_POLICY_ONE\x10\x02\x12\x15\n" +
 	"\x11ACK_POLICY_QUORUM\x10\x03\x12\x12\n" +
-	"\x0eACK_POLICY_ALL\x10\x04*\x9b\x01\n" +
+	"\x0eACK_POLICY_ALL\x10\x04*}\n" +
+	"\fEventOutcome\x12\x1d\n" +
+	"\x19EVENT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16EVENT_OUTCOME_ACCEPTED\x10\x01\x12\x17\n" +
+	"\x13EVENT_OUTCOME_STALE\x10\x02\x12\x19\n" +
+	"\x15EVENT_OUTCOME_REFUSED\x10\x03*\x9b\x01\n" +
 	"\fPeerAckState\x12\x1e\n" +
 	"\x1aPEER_ACK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PEER_ACK_STATE_ACKED\x10\x01\x12\x1a\n" +
 	"\x16PEER_ACK_STATE_PENDING\x10\x02\x12\x19\n" +
 	"\x15PEER_ACK_STATE_FAILED\x10\x03\x12\x1a\n" +
-	"\x16PEER_ACK_STATE_DROPPED\x10\x042\xa9\x02\n" +
+	"\x16PEER_ACK_STATE_DROPPED\x10\x042\xdf\x02\n" +
 	"\rFanoutService\x12=\n" +
 	"\x06Submit\x12\x18.fanout.v1.SubmitRequest\x1a\x19.fanout.v1.SubmitResponse\x12G\n" +
 	"\fSubmitStream\x12\x18.fanout.v1.SubmitRequest\x1a\x19.fanout.v1.SubmitResponse(\x010\x01\x12H\n" +
-	"\tSubscribe\x12\x1b.fanout.v1.SubscribeRequest\x1a\x1c.fanout.v1.SubscribeResponse0\x01\x12F\n" +
+	"\tSubscribe\x12\x1b.fanout.v1.SubscribeRequest\x1a\x1c.fanout.v1.SubscribeResponse0\x01\x124\n" +
+	"\x03Get\x12\x15.fanout.v1.GetRequest\x1a\x16.fanout.v1.GetResponse\x12F\n" +
 	"\tGetStatus\x12\x1b.fanout.v1.GetStatusRequest\x1a\x1c.fanout.v1.GetStatusResponseB1Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1b\x06proto3"
 
 var (
@@ -966,49 +1576,63 @@ func file_fanout_v1_fanout_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_fanout_proto_rawDescData
 }
 
-var file_fanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_fanout_v1_fanout_proto_goTypes = []any{
 	(AckPolicy)(0),                // 0: fanout.v1.AckPolicy
-	(PeerAckState)(0),             // 1: fanout.v1.PeerAckState
-	(*Event)(nil),                 // 2: fanout.v1.Event
-	(*SubmitRequest)(nil),         // 3: fanout.v1.SubmitRequest
-	(*SubmitResponse)(nil),        // 4: fanout.v1.SubmitResponse
-	(*PeerAck)(nil),               // 5: fanout.v1.PeerAck
-	(*SubscribeRequest)(nil),      // 6: fanout.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),     // 7: fanout.v1.SubscribeResponse
-	(*GetStatusRequest)(nil),      // 8: fanout.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),     // 9: fanout.v1.GetStatusResponse
-	(*PeerStatus)(nil),            // 10: fanout.v1.PeerStatus
-	nil,                           // 11: fanout.v1.Event.AttributesEntry
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(EventOutcome)(0),             // 1: fanout.v1.EventOutcome
+	(PeerAckState)(0),             // 2: fanout.v1.PeerAckState
+	(*Event)(nil),                 // 3: fanout.v1.Event
+	(*SubmitRequest)(nil),         // 4: fanout.v1.SubmitRequest
+	(*SubmitResponse)(nil),        // 5: fanout.v1.SubmitResponse
+	(*EventResult)(nil),           // 6: fanout.v1.EventResult
+	(*PeerAck)(nil),               // 7: fanout.v1.PeerAck
+	(*SubscribeRequest)(nil),      // 8: fanout.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),     // 9: fanout.v1.SubscribeResponse
+	(*Entry)(nil),                 // 10: fanout.v1.Entry
+	(*GetRequest)(nil),            // 11: fanout.v1.GetRequest
+	(*GetResponse)(nil),           // 12: fanout.v1.GetResponse
+	(*GetStatusRequest)(nil),      // 13: fanout.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),     // 14: fanout.v1.GetStatusResponse
+	(*StateStatus)(nil),           // 15: fanout.v1.StateStatus
+	(*PeerStatus)(nil),            // 16: fanout.v1.PeerStatus
+	nil,                           // 17: fanout.v1.Event.AttributesEntry
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
 }
 var file_fanout_v1_fanout_proto_depIdxs = []int32{
-	11, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
-	12, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
-	2,  // 2: fanout.v1.SubmitRequest.events:type_name -> fanout.v1.Event
+	17, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
+	18, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
+	3,  // 2: fanout.v1.SubmitRequest.events:type_name -> fanout.v1.Event
 	0,  // 3: fanout.v1.SubmitRequest.ack:type_name -> fanout.v1.AckPolicy
-	12, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
-	5,  // 5: fanout.v1.SubmitResponse.peer_acks:type_name -> fanout.v1.PeerAck
-	1,  // 6: fanout.v1.PeerAck.state:type_name -> fanout.v1.PeerAckState
-	2,  // 7: fanout.v1.SubscribeResponse.event:type_name -> fanout.v1.Event
-	13, // 8: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
-	7,  // 9: fanout.v1.SubscribeResponse.batch:type_name -> fanout.v1.SubscribeResponse
-	10, // 10: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
-	3,  // 11: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
-	3,  // 12: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
-	6,  // 13: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
-	8,  // 14: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
-	4,  // 15: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
-	4,  // 16: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
-	7,  // 17: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
-	9,  // 18: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
+	7,  // 5: fanout.v1.SubmitResponse.peer_acks:type_name -> fanout.v1.PeerAck
+	6,  // 6: fanout.v1.SubmitResponse.results:type_name -> fanout.v1.EventResult
+	1,  // 7: fanout.v1.EventResult.outcome:type_name -> fanout.v1.EventOutcome
+	2,  // 8: fanout.v1.PeerAck.state:type_name -> fanout.v1.PeerAckState
+	3,  // 9: fanout.v1.SubscribeResponse.event:type_name -> fanout.v1.Event
+	19, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
+	10, // 11: fanout.v1.SubscribeResponse.batch:type_name -> fanout.v1.Entry
+	3,  // 12: fanout.v1.Entry.event:type_name -> fanout.v1.Event
+	19, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
+	10, // 14: fanout.v1.GetResponse.entries:type_name -> fanout.v1.Entry
+	16, // 15: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
+	15, // 16: fanout.v1.GetStatusResponse.state:type_name -> fanout.v1.StateStatus
+	4,  // 17: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
+	4,  // 18: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
+	8,  // 19: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
+	11, // 20: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
+	13, // 21: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
+	5,  // 22: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
+	5,  // 23: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
+	9,  // 24: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
+	12, // 25: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
+	14, // 26: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_fanout_proto_init() }
@@ -1021,8 +1645,8 @@ func file_fanout_v1_fanout_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_fanout_proto_rawDesc), len(file_fanout_v1_fanout_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   10,
+			NumEnums:      3,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

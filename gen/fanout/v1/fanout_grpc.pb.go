@@ -22,6 +22,7 @@ const (
 	FanoutService_Submit_FullMethodName       = "/fanout.v1.FanoutService/Submit"
 	FanoutService_SubmitStream_FullMethodName = "/fanout.v1.FanoutService/SubmitStream"
 	FanoutService_Subscribe_FullMethodName    = "/fanout.v1.FanoutService/Subscribe"
+	FanoutService_Get_FullMethodName          = "/fanout.v1.FanoutService/Get"
 	FanoutService_GetStatus_FullMethodName    = "/fanout.v1.FanoutService/GetStatus"
 )
 
@@ -42,8 +43,15 @@ type FanoutServiceClient interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	SubmitStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubmitRequest, SubmitResponse], error)
-	// Subscribe streams the events that peers replicated to this node.
+	// Subscribe is list+watch over this node's state table: with snapshot, every
+	// current entry under the prefix, then a snapshot_complete marker, then every
+	// change after it; with from_revision, every key changed after that revision, each
+	// once at its latest, then live changes. A reader that falls behind sees the latest
+	// state of each key, not its history, and never slows anyone else.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
+	// Get reads this node's state table: the entries of task_ids, or a page of the
+	// entries under a prefix. Deleted keys are omitted.
+	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	// GetStatus reports this node, each peer, queue sizes, breaker state and counters.
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error)
 }
@@ -98,6 +106,16 @@ func (c *fanoutServiceClient) Subscribe(ctx context.Context, in *SubscribeReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FanoutService_SubscribeClient = grpc.ServerStreamingClient[SubscribeResponse]
 
+func (c *fanoutServiceClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetResponse)
+	err := c.cc.Invoke(ctx, FanoutService_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *fanoutServiceClient) GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetStatusResponse)
@@ -125,8 +143,15 @@ type FanoutServiceServer interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	SubmitStream(grpc.BidiStreamingServer[SubmitRequest, SubmitResponse]) error
-	// Subscribe streams the events that peers replicated to this node.
+	// Subscribe is list+watch over this node's state table: with snapshot, every
+	// current entry under the prefix, then a snapshot_complete marker, then every
+	// change after it; with from_revision, every key changed after that revision, each
+	// once at its latest, then live changes. A reader that falls behind sees the latest
+	// state of each key, not its history, and never slows anyone else.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
+	// Get reads this node's state table: the entries of task_ids, or a page of the
+	// entries under a prefix. Deleted keys are omitted.
+	Get(context.Context, *GetRequest) (*GetResponse, error)
 	// GetStatus reports this node, each peer, queue sizes, breaker state and counters.
 	GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error)
 	mustEmbedUnimplementedFanoutServiceServer()
@@ -147,6 +172,9 @@ func (UnimplementedFanoutServiceServer) SubmitStream(grpc.BidiStreamingServer[Su
 }
 func (UnimplementedFanoutServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedFanoutServiceServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
 }
 func (UnimplementedFanoutServiceServer) GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStatus not implemented")
@@ -208,6 +236,24 @@ func _FanoutService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FanoutService_SubscribeServer = grpc.ServerStreamingServer[SubscribeResponse]
 
+func _FanoutService_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FanoutServiceServer).Get(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FanoutService_Get_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FanoutServiceServer).Get(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _FanoutService_GetStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetStatusRequest)
 	if err := dec(in); err != nil {
@@ -236,6 +282,10 @@ var FanoutService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Submit",
 			Handler:    _FanoutService_Submit_Handler,
+		},
+		{
+			MethodName: "Get",
+			Handler:    _FanoutService_Get_Handler,
 		},
 		{
 			MethodName: "GetStatus",

@@ -25,11 +25,12 @@ type ItemStatus int32
 
 const (
 	ItemStatus_ITEM_STATUS_UNSPECIFIED ItemStatus = 0
-	// ITEM_STATUS_OK: accepted into the inbox.
+	// ITEM_STATUS_OK: stored in the receiver's state table.
 	ItemStatus_ITEM_STATUS_OK ItemStatus = 1
 	// ITEM_STATUS_STALE: the receiver already has this version or a newer one.
 	ItemStatus_ITEM_STATUS_STALE ItemStatus = 2
-	// ITEM_STATUS_BUSY: the inbox is full; retry after the congestion pause.
+	// ITEM_STATUS_BUSY: the state table is at a bound (--state-max-keys or
+	// --state-max-bytes); retry after the congestion pause.
 	ItemStatus_ITEM_STATUS_BUSY ItemStatus = 3
 	// ITEM_STATUS_INVALID: the event breaks a limit; it is dropped.
 	ItemStatus_ITEM_STATUS_INVALID ItemStatus = 4
