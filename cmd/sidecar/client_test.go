@@ -48,7 +48,7 @@ func TestClientAddresses(t *testing.T) {
 		t.Errorf("over %s: %q", sock, out)
 	}
 
-	for _, args := range [][]string{{"submit", "register#x"}, {"get", "a"}, {"status"}} {
+	for _, args := range [][]string{{"submit", "register#x"}, {"get", "a"}, {"watch"}, {"status"}} {
 		t.Run(args[0], func(t *testing.T) {
 			_, _, err := runCLI(testContext(t), append(args, "--addr", "127.0.0.1:1"), "")
 			checkErr(t, err, "127.0.0.1:1: UNAVAILABLE: ")

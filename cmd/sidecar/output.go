@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -64,6 +65,19 @@ func timeText(ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return ts.AsTime().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// entryLine is watch's line for one entry:
+//
+//	REVISION TASK_ID vVERSION from ORIGIN: PAYLOAD
+//	REVISION TASK_ID deleted (vVERSION from ORIGIN)
+func entryLine(e *fanoutv1.Entry, full bool) string {
+	ev := e.GetEvent()
+	if ev.GetDeleted() {
+		return fmt.Sprintf("%d %s deleted (v%d from %s)", e.GetRevision(), ev.GetTaskId(), ev.GetVersion(), e.GetOriginNode())
+	}
+	return fmt.Sprintf("%d %s v%d from %s: %s", e.GetRevision(), ev.GetTaskId(), ev.GetVersion(), e.GetOriginNode(),
+		payloadText(ev.GetPayload(), full))
 }
 
 // writeJSONLine writes m as protojson on one line. protojson varies its whitespace on

@@ -22,7 +22,7 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
-		newSubmitCmd(), newGetCmd())
+		newSubmitCmd(), newGetCmd(), newWatchCmd())
 	return root
 }
 
