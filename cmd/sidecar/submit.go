@@ -227,7 +227,11 @@ func printAccepted(out io.Writer, id string, resp *fanoutv1.SubmitResponse, res 
 	if vs := resp.GetVersions(); len(vs) > 0 {
 		version = vs[0]
 	}
-	fmt.Fprintf(out, "accepted %s version %d revision %d\n", id, version, res.GetRevision())
+	if len(resp.GetResults()) > 0 {
+		fmt.Fprintf(out, "accepted %s version %d revision %d\n", id, version, res.GetRevision())
+	} else { // a sidecar from before the state table: no revision
+		fmt.Fprintf(out, "accepted %s version %d\n", id, version)
+	}
 	for _, a := range resp.GetPeerAcks() {
 		state := strings.TrimPrefix(a.GetState().String(), "PEER_ACK_STATE_")
 		if a.GetDetail() != "" {

@@ -108,7 +108,7 @@ func TestSubmitOutput(t *testing.T) {
 			"register#x was accepted but --ack all was not satisfied: 1 of 3 peers acknowledged (raise --ack-timeout"},
 		{"stale", stale, nil, nil, "", "stale register#x: node holds version 9 from node-b (to replace it, submit a higher --version"},
 		{"refused", refused, nil, nil, "", "refused register#x: state table full: 1000000 keys (--state-max-keys)"},
-		{"sidecar without results", noResults, nil, nil, "accepted register#x version 8 revision 0\n", ""},
+		{"sidecar without results", noResults, nil, nil, "accepted register#x version 8\n", ""},
 		{"json", accepted(117655171390570496, 42), nil, []string{"--json"},
 			`{"versions":["117655171390570496"],"satisfied":true,"results":[{"outcome":"EVENT_OUTCOME_ACCEPTED","revision":"42"}]}` + "\n", ""},
 		{"json, stale", stale, nil, []string{"--json"},
