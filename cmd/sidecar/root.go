@@ -21,7 +21,8 @@ func newRootCmd() *cobra.Command {
 			return bindEnv(cmd.Flags())
 		},
 	}
-	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd())
+	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
+		newSubmitCmd(), newGetCmd(), newWatchCmd())
 	return root
 }
 
