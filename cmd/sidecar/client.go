@@ -21,7 +21,7 @@ import (
 const maxReplyBytes = 128 << 20
 
 // appOptions are the flags shared by the commands that call a sidecar's app listener
-// (status, submit, get, watch). Each is also read from FANOUT_<FLAG>.
+// (status, submit, get, watch). Only --addr is also read from the environment.
 type appOptions struct {
 	addr    string
 	timeout time.Duration // 0: no deadline

@@ -14,7 +14,7 @@ import (
 // maxPage is the most entries a sidecar puts in one Get page (GetRequest.limit).
 const maxPage = 10000
 
-// getOptions are the flags of `sidecar get`. Each is also read from FANOUT_<FLAG>.
+// getOptions are the flags of `sidecar get`. Only --addr is also read from the environment (FANOUT_ADDR).
 type getOptions struct {
 	app    appOptions
 	prefix string
@@ -40,7 +40,8 @@ characters unless --full. --json prints one protojson Entry per line instead, fo
 A task_id that is not found is reported on stderr ("not found: ID") and makes the exit
 status 1; the ones found still print.
 
-Every flag also reads FANOUT_<FLAG>, e.g. FANOUT_ADDR=unix:///run/fanout.sock.`,
+--addr also reads FANOUT_ADDR, e.g. FANOUT_ADDR=unix:///run/fanout.sock; the other flags
+read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 		Example: `  sidecar get 'register#ORDERS/i-17' 'register#ORDERS/i-18'
   sidecar get --prefix 'register#ORDERS/' --max 100
   sidecar get --prefix 'heartbeat#' --json | jq -r .event.taskId`,
@@ -60,6 +61,7 @@ Every flag also reads FANOUT_<FLAG>, e.g. FANOUT_ADDR=unix:///run/fanout.sock.`,
 	fs.IntVar(&o.limit, "limit", 0, fmt.Sprintf("with --prefix: entries per page, up to %d (0: the sidecar's default, 1000)", maxPage))
 	fs.IntVar(&o.max, "max", 0, "with --prefix: stop after this many entries (0: list them all)")
 	o.format.addFlags(fs, "print one protojson Entry per line instead of the table")
+	envOnly(cmd.Flags(), "addr")
 	return cmd
 }
 

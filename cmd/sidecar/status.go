@@ -27,6 +27,7 @@ func newStatusCmd() *cobra.Command {
 		},
 	}
 	o.addFlags(cmd.Flags(), "give up after this long")
+	envOnly(cmd.Flags(), "addr")
 	return cmd
 }
 

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// submitOptions are the flags of `sidecar submit`. Each is also read from FANOUT_<FLAG>.
+// submitOptions are the flags of `sidecar submit`. Only --addr is also read from the environment (FANOUT_ADDR).
 type submitOptions struct {
 	app         appOptions
 	payloadFile string // "-": stdin
@@ -46,7 +46,8 @@ The exit status is 1, with the reason on stderr, when the event was not accepted
 STALE (the node holds this version or a newer one) or REFUSED (its state table is at a
 bound), or when the ack policy was not satisfied.
 
-Every flag also reads FANOUT_<FLAG>, e.g. FANOUT_ADDR=unix:///run/fanout.sock.`,
+--addr also reads FANOUT_ADDR, e.g. FANOUT_ADDR=unix:///run/fanout.sock; the other flags
+read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 		Example: `  sidecar submit 'register#ORDERS/i-17' '{"status":"UP"}'
   sidecar submit 'register#ORDERS/i-17' --payload-file state.bin --ack quorum
   echo -n UP | sidecar submit 'heartbeat#i-17' --payload-file - --attr zone=eu-1 --ttl 30s
@@ -66,6 +67,7 @@ Every flag also reads FANOUT_<FLAG>, e.g. FANOUT_ADDR=unix:///run/fanout.sock.`,
 		},
 	}
 	o.addFlags(cmd)
+	envOnly(cmd.Flags(), "addr")
 	return cmd
 }
 

@@ -20,7 +20,7 @@ const (
 	maxSubscribeBatchBytes = 64 << 20
 )
 
-// watchOptions are the flags of `sidecar watch`. Each is also read from FANOUT_<FLAG>.
+// watchOptions are the flags of `sidecar watch`. Only --addr is also read from the environment (FANOUT_ADDR).
 type watchOptions struct {
 	app           appOptions // timeout 0: watch until Ctrl-C or --count
 	noSnapshot    bool
@@ -54,7 +54,8 @@ for the marker.
 watch runs until Ctrl-C (exit status 0), --count entries (0), or --timeout (0, or 1
 when --count entries did not arrive). A stream that ends otherwise exits 1.
 
-Every flag also reads FANOUT_<FLAG>, e.g. FANOUT_ADDR=unix:///run/fanout.sock.`,
+--addr also reads FANOUT_ADDR, e.g. FANOUT_ADDR=unix:///run/fanout.sock; the other flags
+read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 		Example: `  sidecar watch 'register#ORDERS/'
   sidecar watch 'heartbeat#i-17' --no-snapshot --include-own --count 1 --timeout 30s
   sidecar watch --from-revision 42 --json | jq -c .event`,
@@ -75,6 +76,7 @@ Every flag also reads FANOUT_<FLAG>, e.g. FANOUT_ADDR=unix:///run/fanout.sock.`,
 		},
 	}
 	o.addFlags(cmd)
+	envOnly(cmd.Flags(), "addr")
 	return cmd
 }
 

@@ -22,8 +22,8 @@ func TestWatchRequest(t *testing.T) {
 		{"resume takes no snapshot", []string{"--from-revision", "42"}, nil, &fanoutv1.SubscribeRequest{FromRevision: 42}},
 		{"every other flag", []string{"reg/", "--include-own", "--max-batch", "100", "--max-batch-bytes", "65536"}, nil,
 			&fanoutv1.SubscribeRequest{TaskIdPrefix: "reg/", Snapshot: true, IncludeOwn: true, MaxBatch: 100, MaxBatchBytes: 65536}},
-		{"flags from FANOUT_*", nil, map[string]string{"FANOUT_NO_SNAPSHOT": "true", "FANOUT_MAX_BATCH": "7"},
-			&fanoutv1.SubscribeRequest{MaxBatch: 7}},
+		{"FANOUT_* other than FANOUT_ADDR are serve's, not watch's", nil, map[string]string{"FANOUT_NO_SNAPSHOT": "true", "FANOUT_MAX_BATCH": "7"},
+			&fanoutv1.SubscribeRequest{Snapshot: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
