@@ -117,6 +117,13 @@ func (h *harness) completeThenOffer(i int, r Result, tasks ...Task[int]) {
 // byValue is a Config.Newer for tests whose Value is the version.
 func byValue(a, b *Task[int]) bool { return a.Value > b.Value }
 
+// versions: the model and fuzz tests number their tasks serial*versions+version, so
+// that values stay unique while versions repeat and come out of order.
+const versions = 10
+
+// byVersion is a Config.Newer for tasks numbered serial*versions+version.
+func byVersion(a, b *Task[int]) bool { return a.Value%versions > b.Value%versions }
+
 // ok completes the i-th outstanding batch with every item OK.
 func (h *harness) ok(i int) {
 	h.complete(i, Result{Class: Success, Items: make([]ItemOutcome, len(h.out[i].tasks))})
