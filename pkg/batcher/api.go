@@ -14,7 +14,8 @@ var (
 )
 
 // Task is one unit of work keyed by ID. Tasks with the same ID coalesce: while a task
-// waits in pending, a newer task with the same ID replaces it.
+// waits in pending, a later one with the same ID replaces it, unless Config.Newer says
+// the waiting one supersedes it.
 type Task[T any] struct {
 	// ID is the coalescing key (the event's task_id).
 	ID string
@@ -90,7 +91,7 @@ type Fate int
 const (
 	FateSucceeded  Fate = iota // peer answered OK
 	FateStale                  // peer answered STALE (it had this or newer)
-	FateOverridden             // replaced by a newer task with the same ID
+	FateOverridden             // superseded by another task with the same ID (Config.Newer)
 	FateOverflow               // evicted because pending was full
 	FateExpired                // Expires passed before it was sent
 	FatePermanent              // permanent batch error or ItemInvalid
@@ -138,6 +139,18 @@ type Config[T any] struct {
 	Now func() time.Time
 	// Logger receives rate-limited logs of dropped tasks and errors. Default: discard.
 	Logger *slog.Logger
+	// Newer, if set, reports whether a supersedes b, two tasks with the same ID. It
+	// makes coalescing keep the task that supersedes, never merely the latest
+	// arrival (SPEC §6): an app's [v10, v5] must send v10, and a version older than
+	// the one pending or in flight would only be answered STALE by the peer. Wherever
+	// two tasks of one ID meet (an arrival and the task pending or in flight, a retry
+	// and the task pending), the later one wins unless Newer(earlier, later); the
+	// loser ends as FateOverridden. The batcher never looks inside Value, so only the
+	// caller can compare. Nil: the later arrival always wins, as before Newer existed.
+	// It must be a strict order (irreflexive and transitive, like a less-than), must
+	// not block, and must not modify or keep a or b; it is called from the acceptor
+	// goroutine, and a or b may be a task a worker is sending.
+	Newer func(a, b *Task[T]) bool
 	// OnFinal, if set, is called exactly once for every task that leaves the batcher
 	// for good, from the acceptor goroutine (or from Close for FateStopped). It must
 	// not block, and t is valid only during the call.

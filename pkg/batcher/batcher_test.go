@@ -233,6 +233,44 @@ func TestBatcherInFlightExclusion(t *testing.T) {
 	drain(t, b)
 }
 
+// TestBatcherNewer goes through the goroutines with Config.Newer set: the highest
+// version wins in one Offer, and a version older than the one in flight is dropped
+// instead of parking behind it.
+func TestBatcherNewer(t *testing.T) {
+	p := newChanProcessor()
+	b, sink := newTestBatcher(t, p, func(c *Config[int]) { c.Newer = byValue })
+	offer(t, b, tk("a", 10), tk("a", 5))
+	first := p.next(t)
+	if got := taskStrings(first.tasks); strings.Join(got, ",") != "a:10" {
+		t.Errorf("first batch = %q, want a:10", got)
+	}
+	// 7 loses to the flight and 15 to the parked 20. b goes to the second worker,
+	// which shows that this Offer was accepted while a:10 flies.
+	offer(t, b, tk("a", 7), tk("a", 20), tk("a", 15), tk("b", 1))
+	second := p.next(t)
+	if got := taskStrings(second.tasks); strings.Join(got, ",") != "b:1" {
+		t.Errorf("second batch = %q, want b:1", got)
+	}
+	second.reply <- okResult(1)
+	first.reply <- okResult(1)
+	third := p.next(t)
+	if got := taskStrings(third.tasks); strings.Join(got, ",") != "a:20" {
+		t.Errorf("third batch = %q, want a:20", got)
+	}
+	third.reply <- okResult(1)
+	drain(t, b)
+	f := sink.snapshot()
+	for val, want := range map[int]Fate{5: FateOverridden, 7: FateOverridden, 15: FateOverridden,
+		10: FateSucceeded, 20: FateSucceeded, 1: FateSucceeded} {
+		if f.only(val) != want {
+			t.Errorf("fates of %d = %v, want %v", val, f[val], want)
+		}
+	}
+	if s := b.Stats(); s.Accepted != 6 || s.Overridden != 3 || s.Succeeded != 3 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
 // captureHandler keeps the records logged at Error level.
 type captureHandler struct {
 	mu     sync.Mutex

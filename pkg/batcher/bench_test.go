@@ -104,6 +104,30 @@ func BenchmarkCoalesce(b *testing.B) {
 	}
 }
 
+// BenchmarkCoalesceNewer is BenchmarkCoalesce with Config.Newer set and every
+// arrival older than the task waiting, so that every one loses: the cost of the
+// comparison on the coalescing path (SPEC §6).
+func BenchmarkCoalesceNewer(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig[int]()
+			cfg.Newer = func(x, y *Task[int]) bool { return x.Value > y.Value }
+			c := newCore(&cfg)
+			newest, older := benchOffers(1, n)[0], benchOffers(1, n)[0]
+			for i := range newest {
+				newest[i].Value, older[i].Value = 2, 1
+			}
+			now := time.Now()
+			c.accept(newest, now)
+			b.ReportAllocs()
+			for b.Loop() {
+				c.accept(older, now)
+			}
+			reportPerTask(b, n)
+		})
+	}
+}
+
 // BenchmarkAssign pops batches of MaxBatch tasks from a full pending and
 // completes them OK. One op is one batch.
 func BenchmarkAssign(b *testing.B) {

@@ -6,7 +6,8 @@ import "time"
 // Batches are recycled through core.spare.
 type batch[T any] struct {
 	// tasks is handed to Processor.Process. Owned by the worker between assign and
-	// complete, by the acceptor otherwise.
+	// complete, by the acceptor otherwise; meanwhile the acceptor only reads it,
+	// through holder.sent.
 	tasks []Task[T]
 	// arrived[i] is tasks[i]'s holder.arrived, kept for a retry.
 	arrived []time.Time
@@ -22,11 +23,12 @@ type batch[T any] struct {
 // Close once the acceptor has exited); tests drive it directly.
 type core[T any] struct {
 	// Settings, fixed by newCore.
-	maxBuffer int           // Invariant: len(pending) <= maxBuffer
-	maxBatch  int           // Invariant: 0 < maxBatch <= maxBuffer
-	delay     time.Duration // MaxBatchingDelay
-	idleFlush time.Duration // IdleFlush; used only while delay > 0
-	gate      Gate          // may be nil
+	maxBuffer int                      // Invariant: len(pending) <= maxBuffer
+	maxBatch  int                      // Invariant: 0 < maxBatch <= maxBuffer
+	delay     time.Duration            // MaxBatchingDelay
+	idleFlush time.Duration            // IdleFlush; used only while delay > 0
+	gate      Gate                     // may be nil
+	newer     func(a, b *Task[T]) bool // Config.Newer; may be nil: see keeps
 	onFinal   func(*Task[T], Fate)
 	log       rateLog
 
@@ -65,6 +67,7 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		delay:     cfg.MaxBatchingDelay,
 		idleFlush: cfg.IdleFlush,
 		gate:      cfg.Gate,
+		newer:     cfg.Newer,
 		onFinal:   cfg.OnFinal,
 		log:       rateLog{logger: cfg.Logger, interval: time.Second},
 		ids:       make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
@@ -89,12 +92,24 @@ func (c *core[T]) accept(tasks []Task[T], now time.Time) {
 }
 
 // acceptOne coalesces t into pending, evicting the oldest task if pending is full.
+// If t's ID is already pending or in flight, t is the later of the two: it replaces
+// the pending task (in its place, with its age) or parks behind the flight, unless
+// that task supersedes it (keeps). A t that loses is overridden and pending is left
+// as it was.
 func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 	h := c.ids[t.ID]
-	if h != nil && h.waiting {
-		c.st.Overridden++
-		c.final(&h.task, FateOverridden)
-		h.task = *t
+	switch {
+	case h == nil:
+	case h.waiting:
+		if c.keeps(&h.task, t) {
+			c.override(t)
+		} else {
+			c.override(&h.task)
+			h.task = *t
+		}
+		return
+	case c.keeps(h.sent, t): // only in flight: the peer would answer t STALE
+		c.override(t)
 		return
 	}
 	if c.order.n >= c.maxBuffer {
@@ -141,21 +156,41 @@ func (c *core[T]) drainReprocess(now time.Time) {
 	}
 }
 
-// requeue puts one retry back in front unless it expired or a newer task with its
-// ID is pending. Its ID is not in flight: it has just come back from flight, and an
-// ID is in at most one batch.
+// requeue puts one retry back in front unless it expired or the task pending with
+// its ID, which came later, wins: it does unless the retry supersedes it (keeps). Its
+// ID is not in flight: it has just come back from flight, an ID is in at most one
+// batch, and the driver drains retries before it assigns again.
 func (c *core[T]) requeue(h *holder[T], now time.Time) {
+	p := c.ids[h.task.ID] // if set, it is waiting
 	switch {
 	case expired(&h.task, now):
 		c.st.Expired++
 		c.drop(h, FateExpired)
-	case c.ids[h.task.ID] != nil: // so it is waiting
-		c.st.Overridden++
-		c.drop(h, FateOverridden)
-	default:
+	case p == nil:
 		c.ids[h.task.ID] = h
 		c.wait(h, true)
+	case c.keeps(&h.task, &p.task):
+		c.retryWins(p, h)
+	default:
+		c.override(&h.task)
+		c.release(h)
 	}
+}
+
+// retryWins hands pending holder p the retry r, which supersedes p's task, and
+// moves p to the front with r's age, where r would have gone: retries go first, in
+// their original order (SPEC §4 step 1), and r's place and age are the older
+// claim of the ID, so the task that has waited longest is not sent later for having
+// won. p, not r, keeps the slot, so ids is not touched. With a Newer that is a strict
+// order this needs a task that came while the ID was neither pending nor in flight,
+// between complete and drainReprocess, which the acceptor never lets happen: a task
+// parks behind a flight only if the flight does not supersede it.
+func (c *core[T]) retryWins(p, r *holder[T]) {
+	c.override(&p.task)
+	c.unwait(p)
+	p.task, p.arrived = r.task, r.arrived
+	c.wait(p, true)
+	c.release(r)
 }
 
 // assign is steps 3 and 4 for one worker: it pops the next batch, or reports false
@@ -237,6 +272,11 @@ func (c *core[T]) popBatch(now time.Time) *batch[T] {
 		c.recycleBatch(b)
 		return nil
 	}
+	if c.newer != nil { // only now: take's appends may have moved b.tasks
+		for i, h := range b.slots {
+			h.sent = &b.tasks[i]
+		}
+	}
 	return b
 }
 
@@ -283,10 +323,9 @@ func (c *core[T]) complete(b *batch[T], now time.Time) {
 	c.recycleBatch(b)
 }
 
-// land ends h's flight: a newer task waiting in h is unparked, else h is
-// forgotten.
+// land ends h's flight: a task waiting in h is unparked, else h is forgotten.
 func (c *core[T]) land(h *holder[T]) {
-	h.flying = false
+	h.flying, h.sent = false, nil
 	c.flying--
 	if h.waiting {
 		c.parked--
@@ -455,6 +494,20 @@ func (c *core[T]) forget(h *holder[T]) {
 func (c *core[T]) drop(h *holder[T], f Fate) {
 	c.final(&h.task, f)
 	c.release(h)
+}
+
+// keeps reports whether earlier survives later, a task with its ID that came after
+// it: only if Newer says that earlier supersedes later. Ties, and every meeting
+// without Newer, go to the later arrival, the rule from before Newer. earlier may be
+// nil when Newer is.
+func (c *core[T]) keeps(earlier, later *Task[T]) bool {
+	return c.newer != nil && c.newer(earlier, later)
+}
+
+// override ends t as the loser of a meeting with another task of its ID.
+func (c *core[T]) override(t *Task[T]) {
+	c.st.Overridden++
+	c.final(t, FateOverridden)
 }
 
 // final reports that t has left for good.

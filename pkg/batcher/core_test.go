@@ -482,6 +482,193 @@ func TestCoreInFlightExclusion(t *testing.T) {
 	}
 }
 
+// TestCoreNewer covers Config.Newer (SPEC §6): wherever two tasks of one ID meet,
+// the later one wins unless the earlier supersedes it. Value is the version
+// (byValue), except where a case needs a tie.
+func TestCoreNewer(t *testing.T) {
+	congestion := Result{Class: Congestion}
+	newer := func(c *Config[int]) { c.Newer = byValue }
+	// byTens makes 11 and 12 the same version, for the ties.
+	byTens := func(c *Config[int]) { c.Newer = func(a, b *Task[int]) bool { return a.Value/10 > b.Value/10 } }
+	for _, tc := range []ruleCase{{
+		name: "[v10, v5] in one Offer sends v10",
+		cfg:  newer,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 10), tk("a", 5))
+			got := h.assign()
+			h.ok(0)
+			return got
+		},
+		wantBatches: [][]string{{"a:10"}},
+		wantFates:   map[int]Fate{5: FateOverridden, 10: FateSucceeded},
+		wantStats:   Stats{Accepted: 2, Overridden: 1, Succeeded: 1},
+	}, {
+		name: "[v5, v10] in one Offer sends v10",
+		cfg:  newer,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 5), tk("a", 10))
+			got := h.assign()
+			h.ok(0)
+			return got
+		},
+		wantBatches: [][]string{{"a:10"}},
+		wantFates:   map[int]Fate{5: FateOverridden, 10: FateSucceeded},
+		wantStats:   Stats{Accepted: 2, Overridden: 1, Succeeded: 1},
+	}, {
+		name: "without Newer [v10, v5] sends v5, the later arrival",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 10), tk("a", 5))
+			return h.assign()
+		},
+		wantBatches: [][]string{{"a:5"}},
+		wantFates:   map[int]Fate{10: FateOverridden},
+		wantStats:   Stats{Accepted: 2, Overridden: 1},
+	}, {
+		name: "v1000 then v500 while waiting: v1000 keeps its place and age",
+		cfg:  func(c *Config[int]) { newer(c); c.MaxBatchingDelay = 100 * time.Millisecond },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1000))
+			h.advance(60 * time.Millisecond)
+			h.offer(tk("b", 1))
+			h.offer(tk("a", 500))
+			h.advance(40*time.Millisecond - 1)
+			got := h.assign() // not due yet: a's age is its first arrival's
+			h.advance(1)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1000", "b:1"}},
+		wantFates:   map[int]Fate{500: FateOverridden},
+		wantStats:   Stats{Accepted: 3, Overridden: 1},
+	}, {
+		name: "v1000 in flight, then v500: dropped, nothing parks",
+		cfg:  func(c *Config[int]) { newer(c); c.Workers = 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1000))
+			got := h.assign()
+			h.offer(tk("a", 500))
+			got = append(got, h.assign()...)
+			h.ok(0)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1000"}},
+		wantFates:   map[int]Fate{500: FateOverridden, 1000: FateSucceeded},
+		wantStats:   Stats{Accepted: 2, Overridden: 1, Succeeded: 1},
+	}, {
+		name: "v1000 in flight, then v2000: parks and follows",
+		cfg:  func(c *Config[int]) { newer(c); c.Workers = 2 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1000))
+			got := h.assign()
+			h.offer(tk("a", 2000))
+			got = append(got, h.assign()...)
+			h.ok(0)
+			got = append(got, h.assign()...)
+			h.ok(0)
+			return got
+		},
+		wantBatches: [][]string{{"a:1000"}, {"a:2000"}},
+		wantFates:   map[int]Fate{1000: FateSucceeded, 2000: FateSucceeded},
+		wantStats:   Stats{Accepted: 2, Succeeded: 2},
+	}, {
+		name: "v1000 in flight, parked v2000 evicted: v1500 is still held to v1000",
+		cfg:  func(c *Config[int]) { newer(c); c.MaxBuffer, c.MaxBatch = 2, 1 },
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1000))
+			got := h.assign()
+			h.offer(tk("a", 2000), tk("b", 1), tk("c", 2)) // evicts a:2000
+			h.offer(tk("a", 1500))                         // parks, evicts b:1
+			h.offer(tk("a", 500))                          // loses to the parked a:1500
+			h.ok(0)
+			return append(got, h.assign()...)
+		},
+		wantBatches: [][]string{{"a:1000"}, {"c:2"}},
+		wantPending: []string{"a:1500"},
+		wantFates: map[int]Fate{1000: FateSucceeded, 2000: FateOverflow, 1: FateOverflow,
+			500: FateOverridden},
+		wantStats: Stats{Accepted: 6, Succeeded: 1, Overflow: 2, Overridden: 1},
+	}, {
+		name: "a tie while waiting goes to the later arrival",
+		cfg:  byTens,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 11), tk("a", 12))
+			return nil
+		},
+		wantPending: []string{"a:12"},
+		wantFates:   map[int]Fate{11: FateOverridden},
+		wantStats:   Stats{Accepted: 2, Overridden: 1},
+	}, {
+		name: "a tie with the flight parks",
+		cfg:  byTens,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 11))
+			got := h.assign()
+			h.offer(tk("a", 12))
+			return got
+		},
+		wantBatches: [][]string{{"a:11"}},
+		wantPending: []string{"a:12"},
+		wantStats:   Stats{Accepted: 2},
+	}, {
+		name: "a retry older than the pending task yields",
+		cfg:  newer,
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 1), tk("b", 2))
+			got := h.assign()
+			h.offer(tk("a", 3)) // parks
+			h.complete(0, congestion)
+			return got
+		},
+		wantBatches: [][]string{{"a:1", "b:2"}},
+		wantPending: []string{"b:2", "a:3"},
+		wantFates:   map[int]Fate{1: FateOverridden},
+		wantStats:   Stats{Accepted: 3, Replayed: 2, Congestion: 2, Overridden: 1},
+	}, {
+		name: "a retry newer than the pending task survives, in front with its age",
+		cfg: func(c *Config[int]) {
+			newer(c)
+			c.MaxBatchingDelay, c.CongestionRetryDelay = 100*time.Millisecond, 0
+		},
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 10), tk("b", 1))
+			h.advance(100 * time.Millisecond)
+			got := h.assign()
+			h.completeThenOffer(0, congestion, tk("a", 5), tk("c", 2))
+			return append(got, h.assign()...) // due: a:10 has waited 100ms
+		},
+		wantBatches: [][]string{{"a:10", "b:1"}, {"a:10", "b:1", "c:2"}},
+		wantFates:   map[int]Fate{5: FateOverridden},
+		wantStats:   Stats{Accepted: 4, Replayed: 2, Congestion: 2, Overridden: 1},
+	}, {
+		name: "without Newer the pending task beats the retry, as before",
+		run: func(h *harness) [][]string {
+			h.offer(tk("a", 10), tk("b", 1))
+			got := h.assign()
+			h.completeThenOffer(0, congestion, tk("a", 5), tk("c", 2))
+			return got
+		},
+		wantBatches: [][]string{{"a:10", "b:1"}},
+		wantPending: []string{"b:1", "a:5", "c:2"},
+		wantFates:   map[int]Fate{10: FateOverridden},
+		wantStats:   Stats{Accepted: 4, Replayed: 2, Congestion: 2, Overridden: 1},
+	}, {
+		name: "an expired retry is expired, not compared",
+		cfg:  newer,
+		run: func(h *harness) [][]string {
+			h.offer(tkExp("a", 10, time.Second))
+			got := h.assign()
+			h.advance(time.Second)
+			h.completeThenOffer(0, congestion, tk("a", 5))
+			return got
+		},
+		wantBatches: [][]string{{"a:10"}},
+		wantPending: []string{"a:5"},
+		wantFates:   map[int]Fate{10: FateExpired},
+		wantStats:   Stats{Accepted: 2, Replayed: 1, Congestion: 1, Expired: 1},
+	}} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 func TestCoreOutcomes(t *testing.T) {
 	items := func(o ...ItemOutcome) []ItemOutcome { return o }
 	for _, tc := range []struct {

@@ -33,10 +33,11 @@ completions, Drain requests and one timer, and after each event runs one step:
   - Step 1: drain the reprocess queue (see 6).
   - Step 2: drain the acceptor queue. Our task goes into pending, a map from
     task_id to a holder plus the processing order, an intrusive list with the oldest
-    at the head. If "register#ORDERS/i-17" is already waiting, the new event replaces
-    the old one in place (the old one's fate is FateOverridden); it keeps the old
-    one's place and age. If pending holds MaxBuffer tasks, the head (the oldest) is
-    evicted as FateOverflow to make room: the newest state wins.
+    at the head. If "register#ORDERS/i-17" is already waiting, the two coalesce
+    into one, which keeps the waiting one's place and age; the other's fate is
+    FateOverridden. Which one survives is the coalescing rule below. If pending
+    holds MaxBuffer tasks, the head (the oldest) is evicted as FateOverflow to make
+    room: the newest state wins.
   - Step 3: ask the traffic shaper and the optional Gate (the circuit breaker)
     whether to hold; if so, assign nothing and set the timer for the end of the hold.
   - Step 4: while a worker is idle and a batch is due, pop up to MaxBatch holders
@@ -48,15 +49,25 @@ completions, Drain requests and one timer, and after each event runs one step:
     (FateExpired). If nothing is due yet, the timer is set for when a batch will be:
     the head's MaxBatchingDelay or the idle flush, whichever comes first.
 
+The coalescing rule (SPEC §6): wherever two tasks of one task_id meet, the later
+one wins unless Config.Newer says the earlier one supersedes it. fanout sets Newer
+to compare event versions, so coalescing keeps the highest version, never merely
+the latest arrival: an app's [v10, v5] sends v10, and v500 arriving while v1000
+waits ends as FateOverridden, v1000 keeping its place. Ties go to the later
+arrival. Without Newer the later arrival always wins, as in Eureka.
+
 The acceptor hands out work only to a worker that is idle (lazy dispatch), so the
 batch channel never fills and a task waits in pending, where it can still be
 coalesced, rather than in a queue behind a busy worker.
 
 3. In flight. Our task is now in a batch, and its task_id is marked in flight.
-If a newer "register#ORDERS/i-17" arrives meanwhile, it waits in pending, parked:
+If a later "register#ORDERS/i-17" arrives meanwhile, it waits in pending, parked:
 it keeps its place but is not handed to another worker until this batch completes
-(one in process, at most one waiting; seed 004). So the peer never receives an
-older version after a newer one.
+(one in process, at most one waiting; seed 004). So two tasks of one task_id are
+never sent at once, and cannot reach the peer in the other order. With Newer, an
+arrival that the task in flight supersedes does not park: it ends as
+FateOverridden at once, since the peer would only answer it STALE. For that
+comparison the holder points at its task in the batch while it flies.
 
 4. The worker calls Processor.Process(ctx, batch) with the batcher's context; the
 Processor sets its own deadline. A panic in Process is recovered and the batch
@@ -64,7 +75,7 @@ counts as Permanent. The worker reports the Result to the acceptor and waits for
 its next batch. Workers never die.
 
 5. The result, applied by the acceptor, which first clears the in-flight marks
-(unparking any newer version):
+(unparking any task waiting behind them):
 
   - Success: per item, ItemOK ends as FateSucceeded and ItemStale (the peer had this
     version or newer) as FateStale. ItemBusy goes to the reprocess queue and pauses
@@ -77,9 +88,12 @@ its next batch. Workers never die.
 
 6. Reprocess. At step 1 of the same round, handed-back tasks go back to the
 front of the processing order, in the order they were sent, while pending has
-room. A retry that expired ends as FateExpired; one whose task_id has a newer task
-waiting ends as FateOverridden. Once pending is full, the remaining retries end as
-FateOverflow: retries are dropped before new tasks. The shaper holds dispatch until
+room. A retry that expired ends as FateExpired. One whose task_id has a task
+waiting meets it by the coalescing rule: the waiting one came later, so the retry
+ends as FateOverridden, unless Newer says the retry supersedes it; then the retry
+goes to the front with its own age, as retries do, and the waiting one ends as
+FateOverridden. Once pending is full, the remaining retries end as FateOverflow:
+retries are dropped before new tasks. The shaper holds dispatch until
 the pause has passed since the last failure (the longer pause wins when both
 apply), and then our task goes out again in the next batch.
 
@@ -102,6 +116,9 @@ idempotent; Offer afterwards returns ErrStopped.
     under load batches grow by themselves because the workers are busy.
   - In-flight exclusion: Eureka's 20 parallel workers can deliver two versions of
     one task_id out of order; ours cannot.
+  - Coalescing keeps the highest version (Config.Newer), where Eureka keeps the
+    latest arrival: an older version offered late never replaces a newer one, and
+    is not sent behind a newer one in flight.
   - Workers never die; Eureka's die on an unexpected exception (issue #1497).
   - The retry delays are the seed's: 100ms after congestion and 1s after a network
     failure. Eureka's code passes them the other way round. And the shaper honours

@@ -21,11 +21,14 @@ func (r *fuzzReader) next() int {
 func (r *fuzzReader) done() bool { return len(r.data) == 0 }
 
 // FuzzBatcher decodes the input into a configuration and a sequence of operations
-// on the core, and checks the invariants after each one: pending within MaxBuffer,
-// no ID pending twice, no in-flight ID handed out again, and in the end exactly one
-// fate for every task. After each assign, nextWake must name exactly the moment
-// the core next has work (the end of a hold, or a batch becoming due by
-// MaxBatchingDelay or the idle flush).
+// on the core, plays them on the reference model too, and checks after each one
+// that both agree (pending, counters, batches, fates) and the invariants hold:
+// pending within MaxBuffer, no ID pending twice, no in-flight ID handed out again,
+// no parked task superseded by its flight, and in the end exactly one fate for
+// every task. After each assign, nextWake must name exactly the moment the core
+// next has work (the end of a hold, or a batch becoming due by MaxBatchingDelay or
+// the idle flush). Both coalescing rules are fuzzed: without Config.Newer and with
+// one that compares versions, which the input gives out of order.
 func FuzzBatcher(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{3, 2, 1, 0, 0, 3, 1, 2, 3, 1, 2, 0, 2, 0, 0, 2, 1, 1})
@@ -33,64 +36,100 @@ func FuzzBatcher(f *testing.F) {
 	f.Add([]byte{7, 3, 3, 0, 8, 0, 1, 2, 3, 4, 5, 6, 7, 1, 2, 5, 3, 40, 0, 2, 2, 2, 1, 2, 0, 4})
 	// IdleFlush 15ms under a 40ms window: offers, short advances, assigns, retries.
 	f.Add([]byte{5, 3, 2, 5, 0, 2, 1, 2, 3, 1, 3, 2, 1, 3, 2, 1, 0, 1, 4, 1, 3, 4, 1, 2, 0, 1, 3, 9, 1})
+	// Newer: t0 v5 in flight, then v3 (dropped) and v7 (parks); the flight fails and
+	// yields to v7; v7 flies, fails, and its retry beats v2, offered before the drain.
+	f.Add([]byte{4, 1, 2, 9, 0, 0, 0, 5, 1, 0, 1, 0, 3, 0, 7, 2, 0, 2, 3, 200, 1, 130, 0, 1, 0, 0, 2, 3, 20, 1, 2, 0, 4, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &fuzzReader{data: data}
 		buffer := 1 + r.next()%8
 		batchSize := 1 + r.next()%buffer
 		workers := 1 + r.next()%4
-		// One byte for both, so that older inputs (byte < 3) keep IdleFlush 0.
+		// One byte for all three, so that older inputs (byte < 9) keep Newer nil and
+		// (byte < 3) IdleFlush 0.
 		timing := r.next()
 		delay := time.Duration(timing%3) * 20 * time.Millisecond
 		idle := time.Duration(timing/3%3) * 15 * time.Millisecond
-		h := newHarness(t, func(c *Config[int]) {
+		newer := timing/9%2 == 1
+		mod := func(c *Config[int]) {
 			c.MaxBuffer, c.MaxBatch, c.Workers = buffer, batchSize, workers
 			c.MaxBatchingDelay, c.IdleFlush = delay, idle
-		})
-		fz := &fuzzRun{h: h, r: r, outIDs: map[string]bool{}}
+			if newer {
+				c.Newer = byVersion
+			}
+		}
+		fz := &fuzzRun{t: t, h: newHarness(t, mod), m: newRefModel(testConfig(mod)), r: r, outIDs: map[string]bool{}}
 		for step := 0; !r.done() && step < 10000; step++ {
-			fz.step()
+			op := fz.step()
+			compareModel(t, step, op, fz.h, fz.m)
 		}
 		fz.finish()
 	})
 }
 
-// fuzzRun is one fuzz input being played against a harness.
+// fuzzRun is one fuzz input being played against a harness and the model.
 type fuzzRun struct {
+	t      *testing.T
 	h      *harness
+	m      *refModel
 	r      *fuzzReader
-	serial int             // values handed out so far, 1..serial
+	values []int           // values handed out so far, each serial*versions+version
 	outIDs map[string]bool // IDs of the outstanding batches
 }
 
-func (fz *fuzzRun) step() {
-	switch fz.r.next() % 4 {
+// step plays one operation and describes it. A complete op byte >= 128 offers
+// before the drain; older seeds use small bytes, so they keep their meaning.
+func (fz *fuzzRun) step() string {
+	switch op := fz.r.next(); op % 4 {
 	case 0:
-		fz.offer()
+		return fz.offer()
 	case 1:
-		fz.assign()
+		return fz.assign()
 	case 2:
-		fz.complete()
+		return fz.complete(op >= 128)
 	default:
-		fz.h.advance(time.Duration(fz.r.next()) * 5 * time.Millisecond)
+		d := time.Duration(fz.r.next()) * 5 * time.Millisecond
+		fz.h.advance(d)
+		return fmt.Sprintf("advance %v", d)
 	}
 }
 
-func (fz *fuzzRun) offer() {
+// tasks decodes the tasks of one offer. With Newer, each task takes one more byte
+// for its version, so that inputs without Newer keep their meaning.
+func (fz *fuzzRun) tasks() []Task[int] {
 	tasks := make([]Task[int], 1+fz.r.next()%5)
 	for i := range tasks {
-		fz.serial++
-		b := fz.r.next()
-		tasks[i] = Task[int]{ID: fmt.Sprintf("t%d", b%12), Value: fz.serial}
+		b, version := fz.r.next(), 0
+		if fz.h.c.newer != nil {
+			version = fz.r.next() % versions
+		}
+		val := (len(fz.values)+1)*versions + version
+		fz.values = append(fz.values, val)
+		tasks[i] = Task[int]{ID: fmt.Sprintf("t%d", b%12), Value: val}
 		if b >= 200 {
 			tasks[i].Expires = fz.h.now.Add(time.Duration(b-200) * 5 * time.Millisecond)
 		}
 	}
-	fz.h.offer(tasks...)
+	return tasks
 }
 
-func (fz *fuzzRun) assign() {
+func (fz *fuzzRun) offer() string {
+	tasks := fz.tasks()
+	fz.m.drainReprocess(fz.h.now)
+	fz.m.accept(tasks, fz.h.now)
+	fz.h.offer(tasks...)
+	return fmt.Sprintf("offer %q", taskStrings(tasks))
+}
+
+func (fz *fuzzRun) assign() string {
 	before := len(fz.h.out)
-	fz.h.assign()
+	got := fz.h.assign()
+	var want [][]string
+	for b := fz.m.assign(fz.h.now); b != nil; b = fz.m.assign(fz.h.now) {
+		want = append(want, taskStrings(b.tasks))
+	}
+	if !equalBatches(got, want) {
+		fz.t.Fatalf("assign: core batches %q, model %q", got, want)
+	}
 	for _, b := range fz.h.out[before:] {
 		if len(b.tasks) == 0 || len(b.tasks) > fz.h.c.maxBatch {
 			fz.h.tb.Fatalf("batch of %d tasks, MaxBatch %d", len(b.tasks), fz.h.c.maxBatch)
@@ -103,6 +142,7 @@ func (fz *fuzzRun) assign() {
 		}
 	}
 	fz.checkWake()
+	return "assign"
 }
 
 // checkWake checks nextWake right after an assign: with an idle worker and a ready
@@ -132,9 +172,12 @@ func (fz *fuzzRun) checkWake() {
 	}
 }
 
-func (fz *fuzzRun) complete() {
+// complete completes an outstanding batch with a decoded result and drains its
+// retries, or, if thenOffer, first accepts an offer (an order the acceptor never
+// uses, see harness.completeThenOffer).
+func (fz *fuzzRun) complete(thenOffer bool) string {
 	if len(fz.h.out) == 0 {
-		return
+		return "complete: nothing outstanding"
 	}
 	i := fz.r.next() % len(fz.h.out)
 	b := fz.h.out[i]
@@ -155,7 +198,17 @@ func (fz *fuzzRun) complete() {
 			res.Items[j] = ItemOutcome(fz.r.next() % 4)
 		}
 	}
-	fz.h.complete(i, res)
+	fz.m.complete(i, res, fz.h.now)
+	if !thenOffer {
+		fz.m.drainReprocess(fz.h.now)
+		fz.h.complete(i, res)
+		return fmt.Sprintf("complete %d with %+v", i, res)
+	}
+	tasks := fz.tasks()
+	fz.m.accept(tasks, fz.h.now)
+	fz.m.drainReprocess(fz.h.now)
+	fz.h.completeThenOffer(i, res, tasks...)
+	return fmt.Sprintf("complete %d with %+v, then offer %q", i, res, taskStrings(tasks))
 }
 
 // finish stops everything as Close does and checks that every task has exactly one
@@ -168,16 +221,16 @@ func (fz *fuzzRun) finish() {
 	h.out = nil
 	h.c.stopAll()
 	h.check()
-	for v := 1; v <= fz.serial; v++ {
+	for _, v := range fz.values {
 		if len(h.fates[v]) != 1 {
 			h.tb.Fatalf("task %d has fates %v, want exactly one", v, h.fates[v])
 		}
 	}
-	if len(h.fates) != fz.serial {
-		h.tb.Fatalf("%d tasks have fates, %d were offered", len(h.fates), fz.serial)
+	if len(h.fates) != len(fz.values) {
+		h.tb.Fatalf("%d tasks have fates, %d were offered", len(h.fates), len(fz.values))
 	}
 	s := h.c.stats()
-	if s.Accepted != uint64(fz.serial) || s.Pending != 0 || s.InFlight != 0 || s.ReprocessQueue != 0 {
+	if s.Accepted != uint64(len(fz.values)) || s.Pending != 0 || s.InFlight != 0 || s.ReprocessQueue != 0 {
 		h.tb.Fatalf("stats after stop: %+v", s)
 	}
 	stopped := 0

@@ -100,6 +100,30 @@ func (h *harness) complete(i int, r Result) {
 	h.check()
 }
 
+// completeThenOffer completes the i-th outstanding batch with r, accepts tasks and
+// only then drains the retries: an order the acceptor never uses (it drains right
+// after a completion), which lets a retry meet a task that came while its ID was
+// neither pending nor in flight. The core must stay correct in any order.
+func (h *harness) completeThenOffer(i int, r Result, tasks ...Task[int]) {
+	b := h.out[i]
+	h.out = slices.Delete(h.out, i, i+1)
+	b.result = r
+	h.c.complete(b, h.now)
+	h.c.accept(tasks, h.now)
+	h.c.drainReprocess(h.now)
+	h.check()
+}
+
+// byValue is a Config.Newer for tests whose Value is the version.
+func byValue(a, b *Task[int]) bool { return a.Value > b.Value }
+
+// versions: the model and fuzz tests number their tasks serial*versions+version, so
+// that values stay unique while versions repeat and come out of order.
+const versions = 10
+
+// byVersion is a Config.Newer for tasks numbered serial*versions+version.
+func byVersion(a, b *Task[int]) bool { return a.Value%versions > b.Value%versions }
+
 // ok completes the i-th outstanding batch with every item OK.
 func (h *harness) ok(i int) {
 	h.complete(i, Result{Class: Success, Items: make([]ItemOutcome, len(h.out[i].tasks))})
@@ -169,6 +193,7 @@ func checkCore[T any](c *core[T]) error {
 		if h.flying {
 			flying++
 		}
+		checkSent(c, h, fail)
 	}
 	if waiting != n || flying != c.flying {
 		fail("ids: %d waiting, %d flying; order %d, core says %d flying", waiting, flying, n, c.flying)
@@ -180,4 +205,22 @@ func checkCore[T any](c *core[T]) error {
 		return fmt.Errorf("core invariants: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// checkSent verifies h.sent: set exactly while h flies with Newer set, pointing at a
+// task of h's ID, and never superseding the task parked behind it.
+func checkSent[T any](c *core[T], h *holder[T], fail func(string, ...any)) {
+	if want := h.flying && c.newer != nil; (h.sent != nil) != want {
+		fail("%q: sent set %v, flying=%v, Newer set %v", h.task.ID, h.sent != nil, h.flying, c.newer != nil)
+		return
+	}
+	if h.sent == nil {
+		return
+	}
+	if h.sent.ID != h.task.ID {
+		fail("%q: sent points at %q", h.task.ID, h.sent.ID)
+	}
+	if h.waiting && c.newer(h.sent, &h.task) {
+		fail("%q: the parked task is superseded by the one in flight", h.task.ID)
+	}
 }

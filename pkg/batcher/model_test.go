@@ -15,7 +15,7 @@ type refModel struct {
 	cfg       Config[int]
 	pending   []Task[int]  // processing order, oldest first
 	arrived   []time.Time  // arrived[i] belongs to pending[i]
-	inflight  []string     // IDs handed out and not completed
+	inflight  []Task[int]  // tasks handed out and not completed
 	reprocess []Task[int]  // handed back, in the order they came back
 	reArrived []time.Time  // arrived of reprocess[i]
 	idle      int          // workers without a batch
@@ -48,7 +48,31 @@ func (m *refModel) index(id string) int {
 	return slices.IndexFunc(m.pending, func(t Task[int]) bool { return t.ID == id })
 }
 
-func (m *refModel) flying(id string) bool { return slices.Contains(m.inflight, id) }
+func (m *refModel) flying(id string) bool {
+	_, ok := m.flight(id)
+	return ok
+}
+
+// flight returns the task in flight with this ID.
+func (m *refModel) flight(id string) (Task[int], bool) {
+	i := slices.IndexFunc(m.inflight, func(t Task[int]) bool { return t.ID == id })
+	if i < 0 {
+		return Task[int]{}, false
+	}
+	return m.inflight[i], true
+}
+
+// keeps reports whether earlier, a task that came first, survives later, one with
+// its ID that came after it: only if Newer says earlier supersedes later.
+func (m *refModel) keeps(earlier, later Task[int]) bool {
+	return m.cfg.Newer != nil && m.cfg.Newer(&earlier, &later)
+}
+
+// override records that t lost to another task with its ID.
+func (m *refModel) override(t Task[int]) {
+	m.st.Overridden++
+	m.fate(t, FateOverridden)
+}
 
 func (m *refModel) isExpired(t Task[int], now time.Time) bool {
 	return !t.Expires.IsZero() && !now.Before(t.Expires)
@@ -61,9 +85,16 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 	for _, t := range tasks {
 		m.st.Accepted++
 		if i := m.index(t.ID); i >= 0 {
-			m.st.Overridden++
-			m.fate(m.pending[i], FateOverridden)
-			m.pending[i] = t
+			if m.keeps(m.pending[i], t) {
+				m.override(t)
+			} else {
+				m.override(m.pending[i])
+				m.pending[i] = t
+			}
+			continue
+		}
+		if f, ok := m.flight(t.ID); ok && m.keeps(f, t) {
+			m.override(t)
 			continue
 		}
 		if len(m.pending) == m.cfg.MaxBuffer {
@@ -85,10 +116,13 @@ func (m *refModel) drainReprocess(now time.Time) {
 		case m.isExpired(t, now):
 			m.st.Expired++
 			m.fate(t, FateExpired)
-		case m.index(t.ID) >= 0:
-			m.st.Overridden++
-			m.fate(t, FateOverridden)
+		case m.index(t.ID) >= 0 && !m.keeps(t, m.pending[m.index(t.ID)]):
+			m.override(t)
 		default:
+			if j := m.index(t.ID); j >= 0 { // the pending task came later, and t supersedes it
+				m.override(m.pending[j])
+				m.pending, m.arrived = slices.Delete(m.pending, j, j+1), slices.Delete(m.arrived, j, j+1)
+			}
 			m.pending = append([]Task[int]{t}, m.pending...)
 			m.arrived = append([]time.Time{at}, m.arrived...)
 		}
@@ -146,9 +180,7 @@ func (m *refModel) assign(now time.Time) *refBatch {
 		m.pending, m.arrived = keepT, keepA
 		if len(b.tasks) > 0 {
 			m.idle--
-			for _, t := range b.tasks {
-				m.inflight = append(m.inflight, t.ID)
-			}
+			m.inflight = append(m.inflight, b.tasks...)
 			m.out = append(m.out, b)
 			return &m.out[len(m.out)-1]
 		}
@@ -161,7 +193,7 @@ func (m *refModel) complete(i int, r Result, now time.Time) {
 	m.out = slices.Delete(m.out, i, i+1)
 	m.idle++
 	for _, t := range b.tasks {
-		m.inflight = slices.DeleteFunc(m.inflight, func(id string) bool { return id == t.ID })
+		m.inflight = slices.DeleteFunc(m.inflight, func(f Task[int]) bool { return f.ID == t.ID })
 	}
 	retry := func(j int) {
 		m.st.Replayed++
@@ -247,22 +279,33 @@ func TestCoreMatchesModel(t *testing.T) {
 	for _, mc := range []struct {
 		buffer, batch, workers int
 		delay, idle            time.Duration
+		newer                  bool
 	}{
-		{4, 1, 1, 0, 0},
-		{5, 2, 2, 0, 0},
-		{8, 3, 3, 0, 0},
-		{6, 4, 2, 30 * time.Millisecond, 0},
-		{3, 3, 4, 10 * time.Millisecond, 0},
-		{5, 2, 2, 0, 50 * time.Millisecond}, // IdleFlush without a window: no effect
-		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond},
-		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond}, // the window first
+		{4, 1, 1, 0, 0, false},
+		{5, 2, 2, 0, 0, false},
+		{8, 3, 3, 0, 0, false},
+		{6, 4, 2, 30 * time.Millisecond, 0, false},
+		{3, 3, 4, 10 * time.Millisecond, 0, false},
+		{5, 2, 2, 0, 50 * time.Millisecond, false}, // IdleFlush without a window: no effect
+		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false},
+		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false}, // the window first
+		{4, 1, 1, 0, 0, true},
+		{5, 2, 2, 0, 0, true},
+		{8, 3, 3, 0, 0, true},
+		{6, 4, 2, 30 * time.Millisecond, 0, true},
+		{3, 3, 4, 10 * time.Millisecond, 0, true},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true},
 	} {
-		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v", mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle)
+		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v/newer=%v",
+			mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle, mc.newer)
 		t.Run(name, func(t *testing.T) {
 			mod := func(c *Config[int]) {
 				c.MaxBuffer, c.MaxBatch, c.Workers = mc.buffer, mc.batch, mc.workers
 				c.MaxBatchingDelay, c.IdleFlush = mc.delay, mc.idle
+				if mc.newer {
+					c.Newer = byVersion
+				}
 			}
 			h := newHarness(t, mod)
 			m := newRefModel(testConfig(mod))
@@ -271,20 +314,27 @@ func TestCoreMatchesModel(t *testing.T) {
 	}
 }
 
+// runModel plays steps random operations on the core and the model and compares
+// them after each one. Tasks are numbered serial*versions+version, with random
+// versions, so that a Newer sees them out of order.
 func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) {
 	serial := 0
+	randomTasks := func() []Task[int] {
+		tasks := make([]Task[int], 1+rng.IntN(4))
+		for i := range tasks {
+			serial++
+			tasks[i] = Task[int]{ID: fmt.Sprintf("t%d", rng.IntN(10)), Value: serial*versions + rng.IntN(versions)}
+			if rng.IntN(5) == 0 {
+				tasks[i].Expires = h.now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+			}
+		}
+		return tasks
+	}
 	for step := range steps {
 		var op string
 		switch r := rng.IntN(100); {
 		case r < 40:
-			tasks := make([]Task[int], 1+rng.IntN(4))
-			for i := range tasks {
-				serial++
-				tasks[i] = Task[int]{ID: fmt.Sprintf("t%d", rng.IntN(10)), Value: serial}
-				if rng.IntN(5) == 0 {
-					tasks[i].Expires = h.now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
-				}
-			}
+			tasks := randomTasks()
 			op = fmt.Sprintf("offer %q", taskStrings(tasks))
 			m.drainReprocess(h.now)
 			m.accept(tasks, h.now)
@@ -306,10 +356,21 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 			}
 			i := rng.IntN(len(h.out))
 			res := randomResult(rng, len(h.out[i].tasks))
-			op = fmt.Sprintf("complete %d with %+v", i, res)
+			if r < 80 {
+				op = fmt.Sprintf("complete %d with %+v", i, res)
+				m.complete(i, res, h.now)
+				m.drainReprocess(h.now)
+				h.complete(i, res)
+				break
+			}
+			// The order the acceptor never uses: an offer before the retries are
+			// drained, so that a retry can meet a task that came after it.
+			tasks := randomTasks()
+			op = fmt.Sprintf("complete %d with %+v, then offer %q", i, res, taskStrings(tasks))
 			m.complete(i, res, h.now)
+			m.accept(tasks, h.now)
 			m.drainReprocess(h.now)
-			h.complete(i, res)
+			h.completeThenOffer(i, res, tasks...)
 		default:
 			d := time.Duration(rng.IntN(200)) * time.Millisecond
 			op = fmt.Sprintf("advance %v", d)

@@ -12,9 +12,18 @@ type holder[T any] struct {
 	// kept (the sent task lives in the batch) so the payload can be collected.
 	task Task[T]
 	// arrived is when this task_id's slot entered pending. An override keeps it (the
-	// slot keeps its place, so it keeps its age too) and a retry keeps it, so a hot
-	// task_id can never hold back a batch that MaxBatchingDelay says is due.
+	// slot keeps its place, so it keeps its age too) and a retry keeps it (one that
+	// supersedes the pending task brings its own, the older), so a hot task_id can
+	// never hold back a batch that MaxBatchingDelay says is due.
 	arrived time.Time
+	// sent, while flying and only if Config.Newer is set, points at the task in
+	// flight: its element of the batch's tasks, which holds it until the batch
+	// completes. acceptOne compares an arrival with it. task cannot hold it: while
+	// parked, task is the waiting one, and a parked task can be evicted while its ID
+	// still flies, after which an arrival must again be compared with the flight. A
+	// pointer into the batch keeps no second copy of the payload and allocates
+	// nothing. Invariant: sent != nil iff flying && Newer != nil; sent.ID == task.ID.
+	sent *Task[T]
 	// prev and next link the holder into core.order; both nil when it is not in it.
 	// next also links core.free.
 	prev, next *holder[T]
