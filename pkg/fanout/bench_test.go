@@ -17,7 +17,6 @@ import (
 func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()) {
 	b.Helper()
 	recvCfg := testConfig("b")
-	recvCfg.InboxCapacity = 100_000
 	nb, err := New(recvCfg)
 	if err != nil {
 		b.Fatal(err)
@@ -41,24 +40,22 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sub, unsub := nb.inbox.subscribe("", ctx.Done())
 	got := make(chan struct{}, 1<<16)
 	done := make(chan struct{})
-	go func() {
+	go func() { // one entry per frame (max_batch 0)
 		defer close(done)
-		for {
+		_ = nb.Subscribe(ctx, &fanoutv1.SubscribeRequest{}, func(*peers.Frame) error {
 			select {
-			case <-sub.ch:
-				got <- struct{}{}
+			case got <- struct{}{}:
+				return nil
 			case <-ctx.Done():
-				return
+				return ctx.Err()
 			}
-		}
+		})
 	}()
 	return na, nb, got, func() {
 		cancel()
 		<-done
-		unsub()
 		na.Close()
 		nb.Close()
 		srv.Stop()

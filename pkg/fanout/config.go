@@ -11,6 +11,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/state"
 )
 
 // Replicator sends one batch to one peer. *peers.Conn and *peers.FakeConn implement
@@ -43,12 +44,9 @@ type Config struct {
 	// TaskTTL is the default ttl of an event that sets none. 0: never expire; an event
 	// waits for its peer as long as the bounded buffer keeps it.
 	TaskTTL time.Duration
-	// VersionMemory bounds the version table (task_ids remembered). 1,000,000: about
-	// 100 MB at worst with 1 KiB task_ids, typically far less.
-	VersionMemory int
-	// InboxCapacity bounds the events waiting for local subscribers. 10000, the same
-	// as a peer's pending buffer.
-	InboxCapacity int
+	// State bounds the state table (state.DefaultConfig gives the reasons).
+	// FirstRevision is set by the Node.
+	State state.Config
 	// Limits are the input bounds of SPEC §10.
 	Limits Limits
 	// Logger gets structured logs. Default: JSON on stderr.
@@ -65,8 +63,7 @@ func DefaultConfig() Config {
 		Batcher:          batcher.DefaultConfig[*fanoutv1.Event](),
 		Breaker:          breaker.DefaultConfig(),
 		ReplicateTimeout: 5 * time.Second,
-		VersionMemory:    1_000_000,
-		InboxCapacity:    10_000,
+		State:            state.DefaultConfig(),
 		Limits:           DefaultLimits(),
 	}
 }
@@ -82,8 +79,9 @@ func (c *Config) validate() error {
 	check(len(c.Peers) == 0 || c.Dial != nil, "fanout: Config.Dial is required with peers")
 	check(c.ReplicateTimeout > 0, "--replicate-timeout must be > 0, got %s", c.ReplicateTimeout)
 	check(c.TaskTTL >= 0, "--task-ttl must be >= 0, got %s", c.TaskTTL)
-	check(c.VersionMemory > 0, "--version-memory must be > 0, got %d", c.VersionMemory)
-	check(c.InboxCapacity > 0, "--inbox-capacity must be > 0, got %d", c.InboxCapacity)
+	check(c.State.MaxKeys > 0, "--state-max-keys must be > 0, got %d", c.State.MaxKeys)
+	check(c.State.MaxBytes > 0, "--state-max-bytes must be > 0, got %d", c.State.MaxBytes)
+	check(c.State.TombstoneTTL > 0, "--tombstone-ttl must be > 0, got %s", c.State.TombstoneTTL)
 	check(c.Limits.MaxEventBytes > 0, "--max-event-bytes must be > 0, got %d", c.Limits.MaxEventBytes)
 	check(c.Limits.MaxEvents > 0 && c.Limits.MaxTaskIDBytes > 0, "limits must be > 0")
 	return errors.Join(errs...)

@@ -110,7 +110,7 @@ func subscribe(t *testing.T, tn *testNode, prefix string) <-chan *fanoutv1.Subsc
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	// Wait until the server has registered the stream, so nothing is missed.
-	waitFor(t, "subscriber registered", func() bool { return tn.node.inbox.subscribers() > 0 })
+	waitFor(t, "subscriber registered", func() bool { return tn.node.subscribers.Load() > 0 })
 	return ch
 }
 

@@ -49,7 +49,7 @@ func FuzzReplicateBytes(f *testing.F) {
 	f.Add(seed)
 	f.Add([]byte("garbage"))
 	cfg := testConfig("fuzz")
-	cfg.InboxCapacity = 8
+	cfg.State.MaxKeys = 8 // the BUSY path too
 	n, err := New(cfg)
 	if err != nil {
 		f.Fatal(err)
@@ -78,6 +78,7 @@ func FuzzReadEvent(f *testing.F) {
 		{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Version: 3, Ttl: durationpb.New(1)},
 		{TaskId: "k", Version: 1, Ttl: &durationpb.Duration{Seconds: -1}},
 		{TaskId: "kkkk", Payload: make([]byte, 80), Version: 2},
+		{TaskId: "gone", Version: 4, Deleted: true},
 	} {
 		b, _ := proto.Marshal(ev)
 		f.Add(b)
@@ -98,7 +99,10 @@ func FuzzReadEvent(f *testing.F) {
 		if ok && string(b[h.taskOff:h.taskOff+len(h.taskID)]) != string(h.taskID) {
 			t.Fatalf("task_id offset %d does not point at %q", h.taskOff, h.taskID)
 		}
-		if got != want || (got && (string(h.taskID) != ev.GetTaskId() || h.version != ev.GetVersion())) {
+		if got && keyOffset(b) != h.taskOff {
+			t.Fatalf("keyOffset = %d, readEvent read the task_id at %d", keyOffset(b), h.taskOff)
+		}
+		if got != want || (got && (string(h.taskID) != ev.GetTaskId() || h.version != ev.GetVersion() || h.deleted != ev.GetDeleted())) {
 			t.Fatalf("readEvent = %q v%d %v; decoded %v, valid %v", h.taskID, h.version, ok, &ev, want)
 		}
 	})

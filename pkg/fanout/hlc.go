@@ -49,6 +49,25 @@ func (c *hlc) observe(v uint64) {
 	}
 }
 
+// How far ahead of this node's clock a version may be. A version is the last-writer-
+// wins order, so one far in the future would win every later write of its key on
+// every node (2^64-1 would freeze the key for good). Bounding it means a bad write
+// holds a key for at most this long: after that the clock's own versions pass it.
+// App counters (1, 2, 3, ...) are far below the bound; unix nanoseconds are above it.
+const (
+	// maxAppAhead bounds the versions an app submits: the HLC's own skew allowance.
+	maxAppAhead = maxObservedSkew
+	// maxPeerAhead bounds the versions a peer replicates: the origin checked them
+	// against its own clock, so this allows for the two clocks' skew on top. A
+	// version above it is answered INVALID.
+	maxPeerAhead = maxObservedSkew + 4*time.Minute
+)
+
+// maxVersion is the highest version accepted at now with the given allowance.
+func maxVersion(now time.Time, ahead time.Duration) uint64 {
+	return wallVersion(now.Add(ahead)) | (1<<logicalBits - 1)
+}
+
 // wallVersion is the smallest version of the millisecond t falls in.
 func wallVersion(t time.Time) uint64 {
 	ms := t.UnixMilli()

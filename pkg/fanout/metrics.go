@@ -12,7 +12,8 @@ type Collector struct {
 	events     *prometheus.Desc
 	queue      *prometheus.Desc
 	breaker    *prometheus.Desc
-	inbox      *prometheus.Desc
+	state      *prometheus.Desc
+	stateOps   *prometheus.Desc
 	subs       *prometheus.Desc
 	delivered  *prometheus.Desc
 	peersTotal *prometheus.Desc
@@ -31,7 +32,10 @@ func NewCollector(n *Node) *Collector {
 			"Events per peer batcher by where they wait (SPEC §4 gauges); idle_workers counts workers.", []string{"peer", "queue"}, nil),
 		breaker: prometheus.NewDesc("fanout_peer_breaker_state",
 			"1 for the peer's current circuit-breaker state.", []string{"peer", "state"}, nil),
-		inbox:      prometheus.NewDesc("fanout_inbox_events", "Replicated events waiting for a subscriber.", nil, nil),
+		state: prometheus.NewDesc("fanout_state",
+			"The state table: keys and bytes (tombstones included) against their bounds, tombstones, the latest and the compacted revision.", []string{"gauge"}, nil),
+		stateOps: prometheus.NewDesc("fanout_state_writes_total",
+			"Writes the state table did not apply (refused at a bound, stale), and tombstones collected.", []string{"kind"}, nil),
 		subs:       prometheus.NewDesc("fanout_subscribers", "Open Subscribe streams.", nil, nil),
 		delivered:  prometheus.NewDesc("fanout_delivered_events_total", "Events sent on Subscribe streams.", nil, nil),
 		peersTotal: prometheus.NewDesc("fanout_peers", "Peers this node replicates to.", peer, nil),
@@ -40,7 +44,7 @@ func NewCollector(n *Node) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.queue, c.breaker, c.inbox, c.subs, c.delivered, c.peersTotal} {
+	for _, d := range []*prometheus.Desc{c.events, c.queue, c.breaker, c.state, c.stateOps, c.subs, c.delivered, c.peersTotal} {
 		ch <- d
 	}
 }
@@ -58,9 +62,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, 1, l.addr, l.br.State().String())
 		ch <- prometheus.MustNewConstMetric(c.peersTotal, prometheus.GaugeValue, 1, l.addr)
 	}
-	ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(c.node.inbox.len()))
-	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.node.inbox.subscribers()))
-	ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(c.node.inbox.deliver.Load()))
+	st, bounds := c.node.table.Stats(), c.node.cfg.State
+	for _, g := range []kv{
+		{"keys", uint64(st.Keys)}, {"max_keys", uint64(bounds.MaxKeys)},
+		{"bytes", uint64(st.Bytes)}, {"max_bytes", uint64(bounds.MaxBytes)},
+		{"arena_bytes", uint64(st.ArenaBytes)}, {"tombstones", uint64(st.Tombstones)},
+		{"revision", st.Revision}, {"compacted_revision", st.Compacted},
+	} {
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, float64(g.v), g.k)
+	}
+	for _, k := range []kv{{"refused", st.Refused}, {"stale", st.StaleSeen}, {"collected", st.Collected}} {
+		ch <- prometheus.MustNewConstMetric(c.stateOps, prometheus.CounterValue, float64(k.v), k.k)
+	}
+	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.node.subscribers.Load()))
+	ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(c.node.delivered.Load()))
 }
 
 type kv struct {

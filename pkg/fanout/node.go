@@ -14,6 +14,7 @@ import (
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/purgatory"
+	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/timingwheel"
 	"google.golang.org/protobuf/proto"
 )
@@ -26,14 +27,17 @@ var (
 	ErrClosed = errors.New("fanout: closed")
 )
 
-// Node is one sidecar's domain core: it assigns versions, fans submissions out to one
-// batcher per peer, and admits replicated events into the inbox.
+// Node is one sidecar's domain core: it assigns versions, keeps the state table (the
+// latest event of every task_id, own and replicated), fans accepted submissions out to
+// one batcher per peer, and serves the table to readers (Get, Subscribe).
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	clock    hlc
-	versions *versionTable
-	inbox    *inbox
+	cfg   Config
+	log   *slog.Logger
+	clock hlc
+	table *state.Table
+
+	subscribers atomic.Int64  // open Subscribe streams
+	delivered   atomic.Uint64 // entries sent on Subscribe streams
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
@@ -50,24 +54,30 @@ type Node struct {
 	draining atomic.Bool
 	ctx      context.Context // cancelled by Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // the inbox pump and run
+	wg       sync.WaitGroup // run and the tombstone collector
 	closed   sync.Once
 }
 
-// New builds a node and starts its goroutines: one batcher per peer, the inbox pump and
-// the peer-set janitor. Close stops them.
+// New builds a node and starts its goroutines: one batcher per peer, the peer-set
+// janitor and the tombstone collector. Close stops them.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg.fillDefaults()
 	cfg.Peers = append([]string(nil), cfg.Peers...)
+	// Revisions start at the start time in version units, so a revision handed out
+	// before a restart is below the new table's first and is refused on resume.
+	cfg.State.FirstRevision = wallVersion(cfg.Now())
+	table, err := state.New(cfg.State)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		clock:    hlc{now: cfg.Now},
-		versions: newVersionTable(cfg.VersionMemory),
-		inbox:    newInbox(cfg.InboxCapacity),
+		table:    table,
 		removeCh: make(chan *link, len(cfg.Peers)),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -83,9 +93,25 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.links.Store(&links)
 	n.wg.Add(2)
-	go func() { defer n.wg.Done(); n.inbox.run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.run() }()
+	go func() { defer n.wg.Done(); n.collectTombstones() }()
 	return n, nil
+}
+
+// collectTombstones removes the tombstones older than --tombstone-ttl, every quarter
+// of it (within 100ms..1m): a deleted key is forgotten at most a quarter late.
+func (n *Node) collectTombstones() {
+	every := min(max(n.cfg.State.TombstoneTTL/4, 100*time.Millisecond), time.Minute)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			n.table.Collect(n.cfg.Now())
+		case <-n.ctx.Done():
+			return
+		}
+	}
 }
 
 func (n *Node) startPurgatory() error {
@@ -165,7 +191,18 @@ func (n *Node) precheck(req *fanoutv1.SubmitRequest) error {
 	if n.draining.Load() {
 		return ErrDraining
 	}
-	return n.cfg.Limits.validateSubmit(req)
+	if err := n.cfg.Limits.validateSubmit(req); err != nil {
+		return err
+	}
+	limit := maxVersion(n.cfg.Now(), maxAppAhead)
+	for i, ev := range req.GetEvents() {
+		if ev.GetVersion() > limit {
+			return invalid(fmt.Sprintf("events[%d].version", i),
+				"%d is more than %s ahead of this node's clock (at most %d now, in milliseconds << %d): "+
+					"use 0 to let the sidecar assign versions, or a counter below that", ev.GetVersion(), maxAppAhead, limit, logicalBits)
+		}
+	}
+	return nil
 }
 
 // WaitsForAcks reports whether Submit of req will wait for peers (ack ONE, QUORUM or
@@ -176,11 +213,14 @@ func (n *Node) WaitsForAcks(req *fanoutv1.SubmitRequest) bool {
 
 // submitChecked is Submit after precheck.
 func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
-	tasks, versions := n.prepare(req.GetEvents())
+	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId()}
+	tasks, accepted, err := n.prepare(req.GetEvents(), resp)
+	if err != nil {
+		return nil, err
+	}
 	links := *n.links.Load()
-	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId(), Versions: versions}
-	if need := needFor(req.GetAck(), len(links)); need > 0 {
-		return n.submitAndWait(ctx, req, links, tasks, resp, need)
+	if need := needFor(req.GetAck(), len(links)); need > 0 && len(tasks) > 0 {
+		return n.submitAndWait(ctx, req, links, tasks, accepted, resp, need)
 	}
 	if err := n.offer(ctx, links, tasks); err != nil {
 		return nil, err
@@ -202,7 +242,7 @@ func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*f
 // acknowledged all of them, or the wait can no longer succeed, or the deadline passes.
 // The waiters are registered before the events are offered, so no ack is missed.
 func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, links []*link,
-	tasks []batcher.Task[*fanoutv1.Event], resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
+	tasks []batcher.Task[*fanoutv1.Event], accepted []*fanoutv1.Event, resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
 	peers := make([]string, len(links))
 	for i, l := range links {
 		peers[i] = l.addr
@@ -214,7 +254,7 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 		}
 	}
 	op.Init(op, n.ackDeadline(ctx, req))
-	keys := n.acks.register(op, req.GetEvents())
+	keys := n.acks.register(op, accepted)
 	defer n.acks.unregister(op, keys)
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
@@ -253,22 +293,61 @@ func (n *Node) ackDeadline(ctx context.Context, req *fanoutv1.SubmitRequest) tim
 	return now.Add(timeout)
 }
 
-// prepare assigns versions and expiry and records each event as this node's write.
-// The events become shared, read-only, between the peers' batchers.
-func (n *Node) prepare(events []*fanoutv1.Event) ([]batcher.Task[*fanoutv1.Event], []uint64) {
+// prepare assigns versions, stores each event in the state table as this node's write,
+// and answers each in resp. The events the table accepted become tasks for every
+// peer's batcher (shared, read-only); a stale or refused event is not sent.
+func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) ([]batcher.Task[*fanoutv1.Event], []*fanoutv1.Event, error) {
 	now := n.cfg.Now()
 	next := n.clock.reserve(len(events))
-	tasks := make([]batcher.Task[*fanoutv1.Event], len(events))
-	versions := make([]uint64, len(events))
+	tasks := make([]batcher.Task[*fanoutv1.Event], 0, len(events))
+	accepted := make([]*fanoutv1.Event, 0, len(events))
+	resp.Versions = make([]uint64, len(events))
+	resp.Results = make([]*fanoutv1.EventResult, len(events))
+	var buf []byte
 	for i, ev := range events {
 		if ev.Version == 0 {
 			ev.Version = next + uint64(i)
 		}
-		versions[i] = ev.Version
-		n.versions.record(ev.TaskId, stamp{version: ev.Version, origin: n.cfg.NodeID})
-		tasks[i] = batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)}
+		resp.Versions[i] = ev.Version
+		var err error
+		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], ev); err != nil {
+			return nil, nil, fmt.Errorf("encode events[%d]: %w", i, err)
+		}
+		off := keyOffset(buf)
+		if off < 0 {
+			return nil, nil, fmt.Errorf("encode events[%d]: no task_id in %d bytes", i, len(buf))
+		}
+		res := n.table.Put(&state.Write{
+			Key: buf[off : off+len(ev.TaskId)], KeyOffset: off, Raw: buf,
+			Stamp: state.Stamp{Version: ev.Version, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: ev.Deleted,
+		}, now)
+		resp.Results[i] = n.eventResult(res)
+		if res.Outcome == state.Applied {
+			tasks = append(tasks, batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)})
+			accepted = append(accepted, ev)
+		}
 	}
-	return tasks, versions
+	return tasks, accepted, nil
+}
+
+// eventResult is a Put's outcome as the app sees it.
+func (n *Node) eventResult(r state.Result) *fanoutv1.EventResult {
+	switch r.Outcome {
+	case state.Applied:
+		return &fanoutv1.EventResult{Outcome: fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED, Revision: r.Revision}
+	case state.Stale:
+		return &fanoutv1.EventResult{Outcome: fanoutv1.EventOutcome_EVENT_OUTCOME_STALE,
+			CurrentVersion: r.Current.Version, CurrentOrigin: r.Current.Origin}
+	default:
+		return &fanoutv1.EventResult{Outcome: fanoutv1.EventOutcome_EVENT_OUTCOME_REFUSED, Detail: n.fullDetail()}
+	}
+}
+
+// fullDetail says which bound the state table is at, and what to do.
+func (n *Node) fullDetail() string {
+	st := n.table.Stats()
+	return fmt.Sprintf("state table full: %d of %d keys (--state-max-keys), %d of %d bytes (--state-max-bytes); "+
+		"delete keys or raise the bound", st.Keys, n.cfg.State.MaxKeys, st.Bytes, n.cfg.State.MaxBytes)
 }
 
 func (n *Node) expiry(ev *fanoutv1.Event, now time.Time) time.Time {
@@ -283,7 +362,7 @@ func (n *Node) expiry(ev *fanoutv1.Event, now time.Time) time.Time {
 }
 
 // Replicate admits a batch from a peer: each valid event that is newer than the
-// version table goes to the inbox. Events that arrive here are never sent on. The peer
+// state table's entry is stored. Events that arrive here are never sent on. The peer
 // listener calls replicateFrame with the request's bytes; this form, for callers that
 // hold a decoded request (tests, the in-memory FakeNetwork), encodes it and does the
 // same.
@@ -297,7 +376,7 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
-// once it returns: admitted events are copied out.
+// once it returns: the table copies what it keeps.
 func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
 	var req rawReplicate
 	if err := parseReplicate(f.B, &req); err != nil {
@@ -307,8 +386,10 @@ func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, erro
 		return nil, err
 	}
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
+	now := n.cfg.Now()
+	limit := maxVersion(now, maxPeerAhead)
 	for i, raw := range req.events {
-		resp.Statuses[i] = n.admit(i, raw, req.origin, req.submitted)
+		resp.Statuses[i] = n.admit(i, raw, &req, now, limit)
 	}
 	return resp, nil
 }
@@ -329,29 +410,25 @@ func (n *Node) validateReplicate(req *rawReplicate) error {
 	return nil
 }
 
-func (n *Node) admit(i int, raw []byte, origin string, submitted []int64) fanoutv1.ItemStatus {
+// admit stores event i of req in the state table if it wins.
+func (n *Node) admit(i int, raw []byte, req *rawReplicate, now time.Time, limit uint64) fanoutv1.ItemStatus {
 	h, ok := n.cfg.Limits.readEvent(raw)
-	if !ok || h.version == 0 {
+	if !ok || h.version == 0 || h.version > limit {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
-	if origin == n.cfg.NodeID {
+	if req.origin == n.cfg.NodeID {
 		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
 	}
 	n.clock.observe(h.version)
-	// The event's bytes are copied only for an event that wins (put), so a stale
-	// duplicate costs no allocation; the copy's task_id is the string the table keeps.
-	put := func() (string, bool) {
-		d := delivery{version: h.version, origin: origin}
-		d.raw, d.taskID = ownEvent(raw, h)
-		if len(submitted) > i {
-			d.submitted = submitted[i]
-		}
-		return d.taskID, n.inbox.put(d)
+	w := state.Write{Key: h.taskID, KeyOffset: h.taskOff, Raw: raw,
+		Stamp: state.Stamp{Version: h.version, Origin: req.origin}, Deleted: h.deleted}
+	if len(req.submitted) > i {
+		w.Submitted = req.submitted[i]
 	}
-	switch n.versions.admit(h.taskID, stamp{version: h.version, origin: origin}, put) {
-	case admitted:
+	switch n.table.Put(&w, now).Outcome {
+	case state.Applied:
 		return fanoutv1.ItemStatus_ITEM_STATUS_OK
-	case busy:
+	case state.Full:
 		return fanoutv1.ItemStatus_ITEM_STATUS_BUSY
 	default:
 		return fanoutv1.ItemStatus_ITEM_STATUS_STALE

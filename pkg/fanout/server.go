@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
@@ -129,65 +128,17 @@ func (w *streamWaits) failed() error {
 	return w.err
 }
 
-// Subscribe implements FanoutService.Subscribe.
+// Subscribe implements FanoutService.Subscribe: the node sends list+watch responses
+// as frames (their bytes pass through the codec as they are).
 func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1.FanoutService_SubscribeServer) error {
-	prefix := req.GetTaskIdPrefix()
-	if len(prefix) > s.node.cfg.Limits.MaxTaskIDBytes || !utf8.ValidString(prefix) {
-		return status.Errorf(codes.InvalidArgument, "task_id_prefix: must be at most %d bytes of UTF-8", s.node.cfg.Limits.MaxTaskIDBytes)
-	}
-	if mb := req.GetMaxBatch(); mb > uint32(s.node.cfg.Limits.MaxEvents) {
-		return status.Errorf(codes.InvalidArgument, "max_batch: %d, at most %d", mb, s.node.cfg.Limits.MaxEvents)
-	}
-	ctx := stream.Context()
-	sub, cancel := s.node.inbox.subscribe(prefix, ctx.Done())
-	batch := make([]delivery, 0, max(1, int(req.GetMaxBatch())))
-	var out responder
-	for {
-		select {
-		case d := <-sub.ch:
-			batch = takeReady(sub.ch, append(batch[:0], d))
-			if err := stream.SendMsg(out.of(batch)); err != nil { // a frame: see responder
-				cancel(batch...) // not sent: back to the inbox with the rest of the buffer
-				return err
-			}
-			s.node.inbox.deliver.Add(uint64(len(batch)))
-			clear(batch) // drop the events for the GC
-		case <-ctx.Done():
-			cancel()
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.node.Done():
-			cancel()
-			return status.Error(codes.Unavailable, "sidecar shutting down")
-		}
-	}
+	err := s.node.Subscribe(stream.Context(), req, func(f *peers.Frame) error { return stream.SendMsg(f) })
+	return toStatus(err)
 }
 
-// takeReady appends deliveries already waiting in ch, up to cap(batch), without waiting.
-func takeReady(ch <-chan delivery, batch []delivery) []delivery {
-	for len(batch) < cap(batch) {
-		select {
-		case d := <-ch:
-			batch = append(batch, d)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// responder encodes one stream's Subscribe messages into a buffer it reuses: the
-// events' bytes go in as their origins encoded them (wire.go), with origin_node and
-// submitted_at around them, and the codec hands the bytes to gRPC as they are.
-type responder struct{ f peers.Frame }
-
-// of is one delivery as a plain response, or several in its batch field.
-func (r *responder) of(batch []delivery) *peers.Frame {
-	if len(batch) == 1 {
-		r.f.B = appendSubscribe(r.f.B[:0], &batch[0])
-	} else {
-		r.f.B = appendSubscribeBatch(r.f.B[:0], batch)
-	}
-	return &r.f
+// Get implements FanoutService.Get.
+func (s *FanoutServer) Get(_ context.Context, req *fanoutv1.GetRequest) (*fanoutv1.GetResponse, error) {
+	resp, err := s.node.Get(req)
+	return resp, toStatus(err)
 }
 
 // GetStatus implements FanoutService.GetStatus.
@@ -246,6 +197,8 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, inv.Error())
 	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed), errors.Is(err, batcher.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, ErrCompacted):
+		return status.Error(codes.OutOfRange, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:

@@ -128,7 +128,8 @@ func TestSubmitRejectsWholeRequest(t *testing.T) {
 
 func TestReplicateItemStatuses(t *testing.T) {
 	cfg := testConfig("r")
-	cfg.InboxCapacity = 2
+	cfg.State.MaxKeys = 2
+	cfg.State.TombstoneTTL = time.Millisecond
 	tn := startTestNode(t, cfg)
 	call := func(origin string, events ...*fanoutv1.Event) []fanoutv1.ItemStatus {
 		t.Helper()
@@ -157,9 +158,11 @@ func TestReplicateItemStatuses(t *testing.T) {
 		{"duplicate is STALE", "x", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{stale}},
 		{"older is STALE", "x", []*fanoutv1.Event{{TaskId: "t1", Version: 9}}, []fanoutv1.ItemStatus{stale}},
 		{"same version, lower origin is STALE", "a", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{stale}},
-		{"same version, higher origin wins and coalesces in a full inbox", "y", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{ok}},
-		{"new task in a full inbox is BUSY", "x", []*fanoutv1.Event{{TaskId: "t3", Version: 1}}, []fanoutv1.ItemStatus{busy}},
+		{"same version, higher origin wins in a full table", "y", []*fanoutv1.Event{{TaskId: "t1", Version: 10}}, []fanoutv1.ItemStatus{ok}},
+		{"new task in a full table is BUSY", "x", []*fanoutv1.Event{{TaskId: "t3", Version: 1}}, []fanoutv1.ItemStatus{busy}},
 		{"BUSY left the table alone: retry is BUSY again, not STALE", "x", []*fanoutv1.Event{{TaskId: "t3", Version: 1}}, []fanoutv1.ItemStatus{busy}},
+		{"a version far ahead of the clock is INVALID", "x", []*fanoutv1.Event{{TaskId: "t1", Version: ^uint64(0)}}, []fanoutv1.ItemStatus{invalid}},
+		{"a delete is a write like any other", "x", []*fanoutv1.Event{{TaskId: "t2", Version: 11, Deleted: true}}, []fanoutv1.ItemStatus{ok}},
 		{"invalid events", "x", []*fanoutv1.Event{{TaskId: ""}, {TaskId: "v0", Version: 0}, {TaskId: "big", Version: 1, Payload: make([]byte, 2<<20)}}, []fanoutv1.ItemStatus{invalid, invalid, invalid}},
 		{"our own origin is never delivered", "r", []*fanoutv1.Event{{TaskId: "t9", Version: 1}}, []fanoutv1.ItemStatus{stale}},
 	}
@@ -176,12 +179,15 @@ func TestReplicateItemStatuses(t *testing.T) {
 			}
 		})
 	}
-	// Once a subscriber drains the inbox, the BUSY task gets in.
-	sub := subscribe(t, tn, "")
-	recv(t, sub)
-	recv(t, sub)
+	// Once t2's tombstone is past its ttl, a write at the bound collects it and the
+	// BUSY task gets in.
+	time.Sleep(2 * time.Millisecond) // the tombstone's ttl: the fault, not a wait
 	if got := call("x", &fanoutv1.Event{TaskId: "t3", Version: 1}); got[0] != ok {
-		t.Fatalf("after drain: %v, want OK", got)
+		t.Fatalf("after the tombstone's ttl: %v, want OK", got)
+	}
+	st := tn.node.Status().GetState()
+	if st.GetRefused() != 2 || st.GetCollected() != 1 || st.GetKeys() != 2 || st.GetTombstones() != 0 {
+		t.Fatalf("state status %v: want 2 refused, 1 collected, 2 keys, no tombstone", st)
 	}
 }
 
@@ -262,16 +268,15 @@ func TestRemoteOlderThanLocalWriteIsNotDelivered(t *testing.T) {
 	}
 }
 
-// TestSubscriberLeavingLosesNothingUnsent: a stream that stops reading and goes away
-// loses only what it had already handed to gRPC; everything else reaches the next
-// subscriber.
-func TestSubscriberLeavingLosesNothingUnsent(t *testing.T) {
+// TestSnapshotAfterAStreamLeaves: a stream that never reads holds nothing up and takes
+// nothing away: a later stream with snapshot gets every key, then the marker.
+func TestSnapshotAfterAStreamLeaves(t *testing.T) {
 	tn := startTestNode(t, testConfig("b"))
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{}); err != nil { // never read
 		t.Fatal(err)
 	}
-	waitFor(t, "the first stream", func() bool { return tn.node.inbox.subscribers() == 1 })
+	waitFor(t, "the first stream", func() bool { return tn.node.subscribers.Load() == 1 })
 	const n = 1000
 	events := make([]*fanoutv1.Event, n)
 	for i := range events {
@@ -286,20 +291,37 @@ func TestSubscriberLeavingLosesNothingUnsent(t *testing.T) {
 			t.Fatalf("event %d: %s", i, s)
 		}
 	}
-	waitFor(t, "the stream's buffers to fill", func() bool { return tn.node.inbox.len() < n-subscriberBuffer })
 	cancel()
-	waitFor(t, "the first stream to go", func() bool { return tn.node.inbox.subscribers() == 0 })
-	sentToFirst := tn.node.inbox.deliver.Load()
+	waitFor(t, "the first stream to go", func() bool { return tn.node.subscribers.Load() == 0 })
 
-	sub := subscribe(t, tn, "")
+	stream, err := tn.app.Subscribe(context.Background(), &fanoutv1.SubscribeRequest{Snapshot: true, MaxBatch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
-	for uint64(len(seen)) < n-sentToFirst {
-		seen[recv(t, sub).Event.TaskId] = true
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetSnapshotComplete() {
+			break
+		}
+		for _, e := range entriesOf(r) {
+			seen[e.GetEvent().GetTaskId()] = true
+		}
 	}
-	if sentToFirst+uint64(len(seen)) != n {
-		t.Fatalf("first stream sent %d, the next got %d: %d lost", sentToFirst, len(seen), n-sentToFirst-uint64(len(seen)))
+	if len(seen) != n {
+		t.Fatalf("the snapshot had %d of %d keys", len(seen), n)
 	}
-	t.Logf("of %d events, %d were handed to the departed stream's gRPC buffers, %d reached the next subscriber", n, sentToFirst, len(seen))
+}
+
+// entriesOf is the entries of one Subscribe response, in either shape.
+func entriesOf(r *fanoutv1.SubscribeResponse) []*fanoutv1.Entry {
+	if r.GetEvent() != nil {
+		return []*fanoutv1.Entry{{Event: r.GetEvent(), OriginNode: r.GetOriginNode(), SubmittedAt: r.GetSubmittedAt(), Revision: r.GetRevision()}}
+	}
+	return r.GetBatch()
 }
 
 func TestSubscribeBatches(t *testing.T) {
@@ -310,7 +332,7 @@ func TestSubscribeBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stream", func() bool { return tn.node.inbox.subscribers() == 1 })
+	waitFor(t, "the stream", func() bool { return tn.node.subscribers.Load() == 1 })
 	const n = 300
 	events := make([]*fanoutv1.Event, n)
 	for i := range events {
@@ -326,12 +348,10 @@ func TestSubscribeBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		items := r.GetBatch()
-		if len(items) == 0 {
-			items = []*fanoutv1.SubscribeResponse{r}
-		} else if r.GetEvent() != nil {
+		if len(r.GetBatch()) > 0 && r.GetEvent() != nil {
 			t.Fatal("a batched response also set its own event")
 		}
+		items := entriesOf(r)
 		if len(items) > 50 {
 			t.Fatalf("batch of %d, max_batch is 50", len(items))
 		}
@@ -353,8 +373,8 @@ func TestSubscribeBatches(t *testing.T) {
 	}
 	// The server counts a message after its Send returns, which can be just after the
 	// client has it: wait for the count, then check it is exact.
-	waitFor(t, "the delivered counter", func() bool { return tn.node.inbox.deliver.Load() >= n })
-	if d := tn.node.inbox.deliver.Load(); d != n {
+	waitFor(t, "the delivered counter", func() bool { return tn.node.delivered.Load() >= n })
+	if d := tn.node.delivered.Load(); d != n {
 		t.Fatalf("delivered counter %d, want %d (counts events, not messages)", d, n)
 	}
 	big, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{MaxBatch: 10001})

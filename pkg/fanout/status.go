@@ -10,8 +10,9 @@ func (n *Node) Status() *fanoutv1.GetStatusResponse {
 	resp := &fanoutv1.GetStatusResponse{
 		NodeId:      n.cfg.NodeID,
 		Peers:       make([]*fanoutv1.PeerStatus, 0, len(links)),
-		Subscribers: uint64(n.inbox.subscribers()),
-		Delivered:   n.inbox.deliver.Load(),
+		Subscribers: uint64(n.subscribers.Load()),
+		Delivered:   n.delivered.Load(),
+		State:       n.stateStatus(),
 	}
 	for _, l := range links {
 		resp.Peers = append(resp.Peers, l.status())
@@ -40,5 +41,21 @@ func (l *link) status() *fanoutv1.PeerStatus {
 		AcceptorQueue:  st.AcceptorQueue,
 		ReprocessQueue: st.ReprocessQueue,
 		IdleWorkers:    st.IdleWorkers,
+	}
+}
+
+func (n *Node) stateStatus() *fanoutv1.StateStatus {
+	st := n.table.Stats()
+	return &fanoutv1.StateStatus{
+		Keys:              uint64(st.Keys),
+		MaxKeys:           uint64(n.cfg.State.MaxKeys),
+		Bytes:             uint64(st.Bytes),
+		MaxBytes:          uint64(n.cfg.State.MaxBytes),
+		Tombstones:        uint64(st.Tombstones),
+		Revision:          st.Revision,
+		CompactedRevision: st.Compacted,
+		Refused:           st.Refused,
+		Stale:             st.StaleSeen,
+		Collected:         st.Collected,
 	}
 }

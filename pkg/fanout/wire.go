@@ -4,9 +4,9 @@ import (
 	"errors"
 	"sync"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -32,10 +32,13 @@ const (
 	eventAttributes    = 3
 	eventVersion       = 4
 	eventTTL           = 5
-	subscribeEvent     = 1
-	subscribeOrigin    = 2
-	subscribeSubmitted = 3
-	subscribeBatch     = 4
+	eventDeleted       = 6
+	subscribeEvent     = 1 // also Entry's
+	subscribeOrigin    = 2 // also Entry's
+	subscribeSubmitted = 3 // also Entry's
+	subscribeRevision  = 5 // also Entry's
+	subscribeBatch     = 6
+	subscribeComplete  = 7
 )
 
 // rawReplicate is a ReplicateRequest read from its bytes. events alias the frame.
@@ -103,6 +106,7 @@ type eventHead struct {
 	taskID  []byte // aliases the event's bytes, at taskOff
 	taskOff int
 	version uint64
+	deleted bool
 }
 
 // readEvent reads an Event's task_id and version and checks it against the limits
@@ -150,12 +154,17 @@ func (l Limits) readEvent(b []byte) (eventHead, bool) {
 					return h, false
 				}
 			}
-		case typ == protowire.VarintType && num == eventVersion:
+		case typ == protowire.VarintType && (num == eventVersion || num == eventDeleted):
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return h, false
 			}
-			h.version, b = v, b[n:]
+			if num == eventVersion {
+				h.version = v
+			} else {
+				h.deleted = v != 0
+			}
+			b = b[n:]
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
@@ -235,27 +244,44 @@ func validDuration(secs, nanos int64) bool {
 	return secs >= 0 && nanos >= 0
 }
 
-// ownEvent copies the bytes of the event read as h out of the request frame, which is
-// reused, and returns them with the task_id as a string that shares the copy (the bytes
-// are never written again). One allocation per admitted event.
-func ownEvent(raw []byte, h eventHead) ([]byte, string) {
-	own := append([]byte(nil), raw...)
-	return own, unsafe.String(&own[h.taskOff], len(h.taskID))
+// keyOffset is where the last task_id field's bytes start in an encoded Event (the
+// one protobuf keeps), or -1.
+func keyOffset(b []byte) int {
+	off, whole := -1, len(b)
+	for len(b) > 0 {
+		num, typ, n := peers.ConsumeTag(b)
+		if n < 0 {
+			return -1
+		}
+		b = b[n:]
+		if num == eventTaskID && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return -1
+			}
+			off = whole - len(b) + (m - len(v))
+			b = b[m:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return -1
+		}
+		b = b[n:]
+	}
+	return off
 }
 
-// appendSubscribe appends one SubscribeResponse carrying d to b.
-func appendSubscribe(b []byte, d *delivery) []byte {
+// appendEntry appends the fields of one Entry (or a one-entry SubscribeResponse,
+// whose field numbers are the same) carrying e to b.
+func appendEntry(b []byte, e *state.Entry) []byte {
 	b = protowire.AppendTag(b, subscribeEvent, protowire.BytesType)
-	b = protowire.AppendBytes(b, d.raw)
-	if d.origin != "" {
+	b = protowire.AppendBytes(b, e.Raw)
+	if e.Stamp.Origin != "" {
 		b = protowire.AppendTag(b, subscribeOrigin, protowire.BytesType)
-		b = protowire.AppendString(b, d.origin)
+		b = protowire.AppendString(b, e.Stamp.Origin)
 	}
-	if d.submitted != 0 {
-		secs, nanos := d.submitted/1e9, d.submitted%1e9
-		if nanos < 0 { // Timestamp nanos are never negative
-			secs, nanos = secs-1, nanos+1e9
-		}
+	if e.Submitted != 0 {
+		secs, nanos := splitNanos(e.Submitted)
 		b = protowire.AppendTag(b, subscribeSubmitted, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(timestampSize(secs, nanos)))
 		if secs != 0 {
@@ -267,7 +293,20 @@ func appendSubscribe(b []byte, d *delivery) []byte {
 			b = protowire.AppendVarint(b, uint64(nanos))
 		}
 	}
+	if e.Revision != 0 {
+		b = protowire.AppendTag(b, subscribeRevision, protowire.VarintType)
+		b = protowire.AppendVarint(b, e.Revision)
+	}
 	return b
+}
+
+// splitNanos is unix nanos as Timestamp seconds and nanos (never negative).
+func splitNanos(ns int64) (secs, nanos int64) {
+	secs, nanos = ns/1e9, ns%1e9
+	if nanos < 0 {
+		secs, nanos = secs-1, nanos+1e9
+	}
+	return secs, nanos
 }
 
 func timestampSize(secs, nanos int64) int {
@@ -281,28 +320,35 @@ func timestampSize(secs, nanos int64) int {
 	return n
 }
 
-// subscribeSize is the encoded size of appendSubscribe(nil, d).
-func subscribeSize(d *delivery) int {
-	n := 1 + protowire.SizeBytes(len(d.raw))
-	if d.origin != "" {
-		n += 1 + protowire.SizeBytes(len(d.origin))
+// entrySize is the encoded size of appendEntry(nil, e).
+func entrySize(e *state.Entry) int {
+	n := 1 + protowire.SizeBytes(len(e.Raw))
+	if e.Stamp.Origin != "" {
+		n += 1 + protowire.SizeBytes(len(e.Stamp.Origin))
 	}
-	if d.submitted != 0 {
-		secs, nanos := d.submitted/1e9, d.submitted%1e9
-		if nanos < 0 {
-			secs, nanos = secs-1, nanos+1e9
-		}
-		n += 1 + protowire.SizeBytes(timestampSize(secs, nanos))
+	if e.Submitted != 0 {
+		n += 1 + protowire.SizeBytes(timestampSize(splitNanos(e.Submitted)))
+	}
+	if e.Revision != 0 {
+		n += 1 + protowire.SizeVarint(e.Revision)
 	}
 	return n
 }
 
-// appendSubscribeBatch appends one SubscribeResponse whose batch field carries ds.
-func appendSubscribeBatch(b []byte, ds []delivery) []byte {
-	for i := range ds {
+// batchItemSize is what e adds to a SubscribeResponse's batch field.
+func batchItemSize(e *state.Entry) int { return 1 + protowire.SizeBytes(entrySize(e)) }
+
+// appendBatch appends one SubscribeResponse whose batch field carries es.
+func appendBatch(b []byte, es []state.Entry) []byte {
+	for i := range es {
 		b = protowire.AppendTag(b, subscribeBatch, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(subscribeSize(&ds[i])))
-		b = appendSubscribe(b, &ds[i])
+		b = protowire.AppendVarint(b, uint64(entrySize(&es[i])))
+		b = appendEntry(b, &es[i])
 	}
 	return b
+}
+
+// appendSnapshotComplete appends the SubscribeResponse {snapshot_complete: true}.
+func appendSnapshotComplete(b []byte) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, subscribeComplete, protowire.VarintType), 1)
 }

@@ -1,0 +1,174 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/state"
+)
+
+// ErrCompacted: a Subscribe asked to resume from, or fell behind, a revision the
+// state table can no longer resume from. The client should subscribe with a snapshot.
+var ErrCompacted = errors.New("fanout: revision compacted; subscribe with snapshot to start over")
+
+// Bounds of one Subscribe stream's messages.
+const (
+	// defaultBatchBytes caps a response when the request sets no max_batch_bytes:
+	// 1 MiB, a quarter of the 4 MiB gRPC clients accept by default.
+	defaultBatchBytes = 1 << 20
+	// maxBatchBytes is the largest max_batch_bytes a request may ask for.
+	maxBatchBytes = 64 << 20
+)
+
+// Subscribe is list+watch over the state table (SPEC §13). It sends, through send,
+// the snapshot or the resumed changes the request asks for, then every change as it
+// happens, each entry at its latest: a reader that falls behind reads the latest state
+// of each key, not its history, and holds nothing up. send gets a frame it may not
+// keep. It returns when ctx ends (ctx.Err()), the node closes (ErrClosed), send fails,
+// or the stream falls behind the tombstone horizon (ErrCompacted).
+func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, send func(*peers.Frame) error) error {
+	if err := n.validateSubscribe(req); err != nil {
+		return err
+	}
+	if from := req.GetFromRevision(); from != 0 {
+		if err := n.table.CheckResume(from); err != nil {
+			return fmt.Errorf("%w (from_revision: %v)", ErrCompacted, err)
+		}
+	}
+	w := n.newWatch(req, send)
+	// The catch-up part (a snapshot, or the changes since from_revision) ends at the
+	// revision of now; the live part follows from there. The stream counts as open
+	// from here: every change after this point reaches it.
+	upTo := n.table.Revision()
+	n.subscribers.Add(1)
+	defer n.subscribers.Add(-1)
+	switch {
+	case req.GetSnapshot():
+		s := state.Scan{UpTo: upTo, Keep: w.keepPrefix}
+		if err := w.drain(ctx, &s); err != nil {
+			return err
+		}
+		w.f.B = appendSnapshotComplete(w.f.B[:0])
+		if err := send(&w.f); err != nil {
+			return err
+		}
+	case req.GetFromRevision() != 0:
+		s := state.Scan{After: req.GetFromRevision(), UpTo: upTo, Deletions: true, Keep: w.keepPrefix}
+		if err := w.drain(ctx, &s); err != nil {
+			return err
+		}
+	}
+	keep := w.keepPrefix
+	if !req.GetIncludeOwn() {
+		keep = w.keepOthers
+	}
+	return w.follow(ctx, &state.Scan{After: upTo, Deletions: true, Keep: keep})
+}
+
+func (n *Node) validateSubscribe(req *fanoutv1.SubscribeRequest) error {
+	l := n.cfg.Limits
+	switch p := req.GetTaskIdPrefix(); {
+	case len(p) > l.MaxTaskIDBytes:
+		return invalid("task_id_prefix", "%d bytes, at most %d", len(p), l.MaxTaskIDBytes)
+	case !utf8.ValidString(p):
+		return invalid("task_id_prefix", "not valid UTF-8")
+	}
+	if mb := req.GetMaxBatch(); mb > uint32(l.MaxEvents) {
+		return invalid("max_batch", "%d, at most %d", mb, l.MaxEvents)
+	}
+	if mb := req.GetMaxBatchBytes(); mb > maxBatchBytes {
+		return invalid("max_batch_bytes", "%d, at most %d", mb, maxBatchBytes)
+	}
+	if req.GetSnapshot() && req.GetFromRevision() != 0 {
+		return invalid("from_revision", "set with snapshot: a snapshot starts from the current state, a resume from a revision; choose one")
+	}
+	return nil
+}
+
+// watch is one Subscribe stream's reading state. Only the stream's goroutine uses it.
+type watch struct {
+	n      *Node
+	prefix []byte
+	self   string
+	send   func(*peers.Frame) error
+	buf    []state.Entry
+	f      peers.Frame // the message being sent; reused
+	scan   state.Scan  // the limits every scan of this stream uses
+}
+
+func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*peers.Frame) error) *watch {
+	maxEntries := max(1, int(req.GetMaxBatch()))
+	maxBytes := int(req.GetMaxBatchBytes())
+	if maxBytes == 0 {
+		maxBytes = defaultBatchBytes
+	}
+	w := &watch{n: n, prefix: []byte(req.GetTaskIdPrefix()), self: n.cfg.NodeID, send: send}
+	w.buf = make([]state.Entry, 0, min(maxEntries, 1024))
+	w.scan = state.Scan{MaxEntries: maxEntries, MaxBytes: maxBytes, Cost: batchItemSize}
+	return w
+}
+
+func (w *watch) keepPrefix(e *state.Entry) bool { return bytes.HasPrefix(e.Key, w.prefix) }
+
+func (w *watch) keepOthers(e *state.Entry) bool {
+	return e.Stamp.Origin != w.self && bytes.HasPrefix(e.Key, w.prefix)
+}
+
+// drain sends everything s reads until it reaches its end.
+func (w *watch) drain(ctx context.Context, s *state.Scan) error {
+	for !w.n.table.Done(s) {
+		if err := w.step(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// follow sends what s reads, and waits for changes whenever it has read everything.
+func (w *watch) follow(ctx context.Context, s *state.Scan) error {
+	for {
+		select {
+		case <-w.n.table.Changed(s.After):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.n.ctx.Done():
+			return ErrClosed
+		}
+		for !w.n.table.Done(s) {
+			if err := w.step(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// step reads one batch of s and sends it.
+func (w *watch) step(ctx context.Context, s *state.Scan) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.MaxEntries, s.MaxBytes, s.Cost = w.scan.MaxEntries, w.scan.MaxBytes, w.scan.Cost
+	batch, err := w.n.table.Next(s, w.buf[:0])
+	if err != nil {
+		return fmt.Errorf("%w (this stream fell behind: %v)", ErrCompacted, err)
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if len(batch) == 1 {
+		w.f.B = appendEntry(w.f.B[:0], &batch[0])
+	} else {
+		w.f.B = appendBatch(w.f.B[:0], batch)
+	}
+	clear(batch) // drop the arena references for the GC
+	if err := w.send(&w.f); err != nil {
+		return err
+	}
+	w.n.delivered.Add(uint64(len(batch)))
+	return nil
+}

@@ -1,0 +1,383 @@
+package state
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+)
+
+// model is the reference: a plain map with the same rules, written for clarity.
+type model struct {
+	cfg       Config
+	m         map[string]modelEntry
+	rev       uint64
+	compacted uint64
+	bytes     int64
+}
+
+type modelEntry struct {
+	raw       []byte
+	stamp     Stamp
+	submitted int64
+	rev       uint64
+	deleted   bool
+	at        time.Time // when applied, for tombstone collection
+}
+
+func newModel(cfg Config) *model {
+	return &model{cfg: cfg, m: map[string]modelEntry{}, rev: cfg.FirstRevision, compacted: cfg.FirstRevision}
+}
+
+func (m *model) collect(now time.Time) int {
+	n := 0
+	for k, e := range m.m {
+		if e.deleted && !e.at.After(now.Add(-m.cfg.TombstoneTTL)) {
+			delete(m.m, k)
+			m.bytes -= int64(len(e.raw))
+			m.compacted = max(m.compacted, e.rev)
+			n++
+		}
+	}
+	return n
+}
+
+func (m *model) put(key string, raw []byte, s Stamp, sub int64, del bool, now time.Time) Result {
+	try := func() (Result, bool) {
+		old, ok := m.m[key]
+		if ok && !s.Newer(old.stamp) {
+			return Result{Outcome: Stale, Current: old.stamp}, true
+		}
+		grow := int64(len(raw)) - int64(len(old.raw))
+		if (!ok && len(m.m) >= m.cfg.MaxKeys) || m.bytes+grow > m.cfg.MaxBytes {
+			return Result{Outcome: Full}, false
+		}
+		m.rev++
+		m.bytes += grow
+		m.m[key] = modelEntry{raw: append([]byte(nil), raw...), stamp: s, submitted: sub, rev: m.rev, deleted: del, at: now}
+		return Result{Outcome: Applied, Revision: m.rev}, true
+	}
+	if r, ok := try(); ok {
+		return r
+	}
+	if m.collect(now) > 0 {
+		r, _ := try()
+		return r
+	}
+	return Result{Outcome: Full}
+}
+
+// changes is every entry with a revision above after, in revision order.
+func (m *model) changes(after uint64, deletions bool) []modelEntry {
+	var out []modelEntry
+	for _, e := range m.m {
+		if e.rev > after && (deletions || !e.deleted) {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rev < out[j].rev })
+	return out
+}
+
+// event builds raw bytes holding key at an offset, like an encoded Event.
+func event(rng *rand.Rand, key string) ([]byte, int) {
+	pre := rng.IntN(4)
+	raw := make([]byte, pre, pre+len(key)+64)
+	raw = append(raw, key...)
+	raw = append(raw, bytes.Repeat([]byte{byte(rng.IntN(256))}, rng.IntN(64))...)
+	return raw, pre
+}
+
+// harness drives a table and the model with the same operations and compares them.
+type harness struct {
+	t     testing.TB
+	big   bool // some events are large enough for a slab of their own
+	steps uint64
+	tab   *Table
+	ref   *model
+	now   time.Time
+	keys  []string
+	saved []Scan // resumable cursors, as a reconnecting watcher holds them
+}
+
+func newHarness(t testing.TB, cfg Config, nkeys int) *harness {
+	tab, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, tab: tab, ref: newModel(cfg), now: time.Unix(1_700_000_000, 0)}
+	for i := range nkeys {
+		h.keys = append(h.keys, fmt.Sprintf("k%03d", i))
+	}
+	return h
+}
+
+var origins3 = []string{"a", "b", "c"}
+
+func (h *harness) step(op, a, b, c uint8) {
+	rng := rand.New(rand.NewPCG(uint64(a), uint64(b)<<8|uint64(c)))
+	h.steps++
+	switch op % 8 {
+	case 0, 1, 2, 3: // put
+		key := h.keys[int(a)%len(h.keys)]
+		raw, off := event(rng, key)
+		if h.big && c%7 == 0 {
+			raw = append(raw, make([]byte, bigRecord)...)
+		}
+		// Versions rise slowly with the steps, so keys keep changing, and are out
+		// of order within a window of 16.
+		s := Stamp{Version: uint64(b%16) + h.steps/32, Origin: origins3[int(c)%3]}
+		del := c%5 == 0
+		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: int64(a), Deleted: del}
+		got := h.tab.Put(w, h.now)
+		want := h.ref.put(key, raw, s, int64(a), del, h.now)
+		if got != want {
+			h.t.Fatalf("Put(%s %+v del=%v) = %+v, model %+v", key, s, del, got, want)
+		}
+		raw[off] ^= 0xff // the table must have copied it
+	case 4: // time passes
+		h.now = h.now.Add(time.Duration(a) * time.Second)
+	case 5: // collect
+		if got, want := h.tab.Collect(h.now), h.ref.collect(h.now); got != want {
+			h.t.Fatalf("Collect = %d, model %d", got, want)
+		}
+	case 6: // read a key
+		key := h.keys[int(a)%len(h.keys)]
+		got, ok := h.tab.Get([]byte(key))
+		want, wok := h.ref.m[key]
+		if ok != wok || (ok && !sameEntry(got, want)) {
+			h.t.Fatalf("Get(%s) = %v %+v, model %v %+v", key, ok, got, wok, want)
+		}
+	case 7: // scan from a revision, in small steps
+		h.checkScan(a, b, c)
+	}
+	h.checkStats()
+}
+
+func (h *harness) checkScan(a, b, c uint8) {
+	deletions := a%2 == 0
+	after := h.ref.compacted + uint64(b)%8
+	if c%4 == 0 && len(h.saved) > 0 { // resume a saved cursor
+		after = h.saved[int(c)%len(h.saved)].After
+	}
+	s := Scan{After: after, Deletions: deletions, MaxEntries: 1 + int(c)%5, MaxBytes: 40 + int(a)}
+	var got []Entry
+	for range 100000 {
+		page, err := h.tab.Next(&s, nil)
+		if deletions && after < h.ref.compacted {
+			if !errors.Is(err, ErrCompacted) {
+				h.t.Fatalf("Next after %d below compacted %d: err %v", after, h.ref.compacted, err)
+			}
+			return
+		}
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		got = append(got, page...)
+	}
+	if !h.tab.Done(&s) {
+		h.t.Fatalf("scan stopped at %d before the end %d", s.After, h.ref.rev)
+	}
+	want := h.ref.changes(after, deletions)
+	if len(got) != len(want) {
+		h.t.Fatalf("scan after %d (deletions %v): %d entries, model %d", after, deletions, len(got), len(want))
+	}
+	for i := range got {
+		if !sameEntry(got[i], want[i]) {
+			h.t.Fatalf("scan entry %d: %+v, model %+v", i, got[i], want[i])
+		}
+	}
+	if len(h.saved) < 8 {
+		h.saved = append(h.saved, s)
+	} else {
+		h.saved[int(a)%8] = s
+	}
+}
+
+func sameEntry(g Entry, w modelEntry) bool {
+	return bytes.Equal(g.Raw, w.raw) && g.Stamp == w.stamp && g.Submitted == w.submitted &&
+		g.Revision == w.rev && g.Deleted == w.deleted && bytes.Contains(g.Raw, g.Key)
+}
+
+func (h *harness) checkStats() {
+	st := h.tab.Stats()
+	tombs := 0
+	for _, e := range h.ref.m {
+		if e.deleted {
+			tombs++
+		}
+	}
+	if st.Keys != len(h.ref.m) || st.Bytes != h.ref.bytes || st.Tombstones != tombs ||
+		st.Revision != h.ref.rev || st.Compacted != h.ref.compacted {
+		h.t.Fatalf("stats %+v; model keys %d bytes %d tombstones %d rev %d compacted %d",
+			st, len(h.ref.m), h.ref.bytes, tombs, h.ref.rev, h.ref.compacted)
+	}
+	// The log and the arena stay proportional to what is live.
+	if limit := 2*st.Keys + 2*chunkSlots; st.LogSlots > limit {
+		h.t.Fatalf("log holds %d slots for %d keys (limit %d)", st.LogSlots, st.Keys, limit)
+	}
+	h.checkArena()
+}
+
+// checkArena: every slab's live count is the sum of its live records.
+func (h *harness) checkArena() {
+	tab := h.tab
+	tab.mu.Lock()
+	defer tab.mu.Unlock()
+	live := make([]int, len(tab.arena.slabs))
+	for i := uint32(0); i < tab.nents; i++ {
+		if e := tab.ent(i); e.rev != 0 {
+			live[e.slab] += headerSize + int(e.size)
+		}
+	}
+	for id, s := range tab.arena.slabs {
+		if s.live != live[id] {
+			h.t.Fatalf("slab %d counts %d live bytes, entries hold %d", id, s.live, live[id])
+		}
+		if s.b == nil && live[id] != 0 {
+			h.t.Fatalf("dropped slab %d still holds %d live bytes", id, live[id])
+		}
+	}
+}
+
+func TestTableAgainstModel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		keys    int
+		steps   int
+		seed    uint64
+		collide bool // every key hashes to one of three values
+		big     bool
+	}{
+		{"roomy", Config{MaxKeys: 1000, MaxBytes: 1 << 20, TombstoneTTL: 30 * time.Second, FirstRevision: 100}, 40, 20000, 1, false, false},
+		{"key bound", Config{MaxKeys: 7, MaxBytes: 1 << 20, TombstoneTTL: 10 * time.Second}, 20, 20000, 2, false, false},
+		{"byte bound", Config{MaxKeys: 1000, MaxBytes: 300, TombstoneTTL: 10 * time.Second}, 30, 20000, 3, false, false},
+		{"one hot key", Config{MaxKeys: 10, MaxBytes: 1 << 20, TombstoneTTL: time.Hour}, 1, 20000, 4, false, false},
+		{"deletes kept long", Config{MaxKeys: 10, MaxBytes: 1 << 20, TombstoneTTL: 10000 * time.Hour}, 2, 150000, 6, false, false},
+		{"many keys", Config{MaxKeys: 5000, MaxBytes: 1 << 30, TombstoneTTL: time.Minute}, 250, 40000, 5, false, false},
+		{"hashes collide", Config{MaxKeys: 30, MaxBytes: 1 << 20, TombstoneTTL: time.Minute}, 40, 20000, 7, true, false},
+		{"big events", Config{MaxKeys: 100, MaxBytes: 4 * bigRecord, TombstoneTTL: time.Minute}, 30, 5000, 8, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.cfg, tc.keys)
+			h.big = tc.big
+			if tc.collide {
+				h.tab.hash = func(b []byte) uint64 { return uint64(b[len(b)-1] % 3) }
+			}
+			rng := rand.New(rand.NewPCG(tc.seed, 7))
+			for range tc.steps {
+				h.step(uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)))
+			}
+		})
+	}
+}
+
+// TestCompactionKeepsRevisionOrder writes many keys once, then rewrites a few hot keys
+// for a long time, so chunks and slabs are compacted and merged over and over; a full
+// scan must still see every key once, in revision order.
+func TestCompactionKeepsRevisionOrder(t *testing.T) {
+	h := newHarness(t, Config{MaxKeys: 10000, MaxBytes: 1 << 30, TombstoneTTL: time.Hour}, 3000)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for i := range 3000 {
+		h.step(0, uint8(i), uint8(i>>8)|1, uint8(rng.IntN(255))|1)
+	}
+	put := func(key string, v uint64) {
+		raw, off := event(rng, key)
+		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: Stamp{Version: v, Origin: "a"}}
+		if got, want := h.tab.Put(w, h.now), h.ref.put(key, raw, w.Stamp, 0, false, h.now); got != want {
+			t.Fatalf("Put %s: %+v, model %+v", key, got, want)
+		}
+	}
+	for i := range 200000 {
+		put(h.keys[rng.IntN(300)], uint64(100+i))
+	}
+	h.checkScan(1, 0, 1)
+	h.checkStats()
+	st := h.tab.Stats()
+	t.Logf("keys %d, log slots %d, arena %d bytes for %d event bytes", st.Keys, st.LogSlots, st.ArenaBytes, st.Bytes)
+}
+
+func TestChangedWakesReaders(t *testing.T) {
+	tab, err := New(Config{MaxKeys: 10, MaxBytes: 1000, TombstoneTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := tab.Changed(0)
+	select {
+	case <-ch:
+		t.Fatal("closed before any change")
+	default:
+	}
+	tab.Put(&Write{Key: []byte("k"), Raw: []byte("k"), Stamp: Stamp{Version: 1, Origin: "a"}}, time.Now())
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a change did not close the channel")
+	}
+	select {
+	case <-tab.Changed(0):
+	default:
+		t.Fatal("Changed(0) with revision 1 is not closed at once")
+	}
+}
+
+func TestCheckResume(t *testing.T) {
+	tab, err := New(Config{MaxKeys: 10, MaxBytes: 1000, TombstoneTTL: time.Second, FirstRevision: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	tab.Put(&Write{Key: []byte("k"), Raw: []byte("k"), Stamp: Stamp{Version: 1, Origin: "a"}}, now)                // 51
+	tab.Put(&Write{Key: []byte("k"), Raw: []byte("k"), Stamp: Stamp{Version: 2, Origin: "a"}, Deleted: true}, now) // 52
+	tab.Put(&Write{Key: []byte("j"), Raw: []byte("j"), Stamp: Stamp{Version: 1, Origin: "a"}}, now)                // 53
+	for _, tc := range []struct {
+		rev uint64
+		ok  bool
+	}{{49, false}, {50, true}, {53, true}, {54, false}} {
+		if err := tab.CheckResume(tc.rev); (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrCompacted)) {
+			t.Errorf("CheckResume(%d) = %v, want ok=%v", tc.rev, err, tc.ok)
+		}
+	}
+	if n := tab.Collect(now.Add(time.Second)); n != 1 {
+		t.Fatalf("collected %d tombstones, want 1", n)
+	}
+	if err := tab.CheckResume(51); err == nil {
+		t.Error("a resume from before a collected tombstone was accepted")
+	}
+	if err := tab.CheckResume(52); err != nil {
+		t.Errorf("a resume from the collected tombstone's revision: %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	_, err := New(Config{})
+	if err == nil {
+		t.Fatal("a zero config was accepted")
+	}
+	for _, want := range []string{"MaxKeys", "MaxBytes", "TombstoneTTL"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+// FuzzTable drives the table and the model with operations read from the input.
+func FuzzTable(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 7, 1, 0, 0, 0, 2, 9, 5, 5, 0, 0, 0, 7, 0, 0, 4})
+	f.Add(bytes.Repeat([]byte{0, 3, 1, 5, 4, 200, 0, 0, 5, 0, 0, 0, 7, 2, 3, 4}, 20))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		cfg := Config{MaxKeys: 1 + int(len(ops)%9), MaxBytes: 200 + int64(len(ops)%7)*40, TombstoneTTL: 20 * time.Second}
+		h := newHarness(t, cfg, 12)
+		for len(ops) >= 4 {
+			h.step(ops[0], ops[1], ops[2], ops[3])
+			ops = ops[4:]
+		}
+	})
+}

@@ -1,0 +1,489 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Config bounds a table. It is copied by New.
+type Config struct {
+	// MaxKeys bounds the entries, tombstones included (--state-max-keys).
+	MaxKeys int
+	// MaxBytes bounds the entries' event bytes, tombstones included (--state-max-bytes).
+	MaxBytes int64
+	// TombstoneTTL is how long a deleted key is remembered (--tombstone-ttl).
+	TombstoneTTL time.Duration
+	// FirstRevision: the table's revisions start above it. A node passes a value
+	// derived from its start time, so that a revision handed out before a restart is
+	// never mistaken for one of the new table's (Resume refuses it as compacted).
+	FirstRevision uint64
+}
+
+// DefaultConfig returns the defaults of the sidecar's flags, each with its reason.
+func DefaultConfig() Config {
+	return Config{
+		// The version table this replaces remembered 1,000,000 task_ids; a million
+		// keys of ~130 event bytes take ~250 MiB (docs/BENCHMARKS.md).
+		MaxKeys: 1_000_000,
+		// 512 MiB of event bytes: a million keys of ~500 bytes. Above it a sidecar
+		// is no longer a small process next to its app.
+		MaxBytes: 512 << 20,
+		// A day: longer than any partition or rolling deploy a peer can be away
+		// for and still hold the pre-delete state, which would then come back.
+		TombstoneTTL: 24 * time.Hour,
+	}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.MaxKeys <= 0 || c.MaxKeys > maxEntries {
+		errs = append(errs, fmt.Errorf("state: MaxKeys must be 1..%d, got %d", maxEntries, c.MaxKeys))
+	}
+	if c.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("state: MaxBytes must be > 0, got %d", c.MaxBytes))
+	}
+	if c.TombstoneTTL <= 0 {
+		errs = append(errs, fmt.Errorf("state: TombstoneTTL must be > 0, got %s", c.TombstoneTTL))
+	}
+	return errors.Join(errs...)
+}
+
+// maxEntries keeps entry indexes below the none marker.
+const maxEntries = 1<<31 - 1
+
+// Stamp is a version with the node that wrote it. Stamps order lexicographically by
+// (version, origin): the last-writer-wins rule.
+type Stamp struct {
+	Version uint64
+	Origin  string
+}
+
+// Newer reports whether s wins over o.
+func (s Stamp) Newer(o Stamp) bool {
+	return s.Version > o.Version || (s.Version == o.Version && s.Origin > o.Origin)
+}
+
+// Write is one change offered to the table.
+type Write struct {
+	// Key is the task_id. It must be the bytes of Raw at KeyOffset.
+	Key       []byte
+	KeyOffset int
+	// Raw is the event as encoded (fanout.v1.Event). The table copies it if the
+	// write wins; the caller may reuse it afterwards.
+	Raw       []byte
+	Stamp     Stamp
+	Submitted int64 // unix nanos at the origin
+	Deleted   bool
+}
+
+// Outcome is what Put did with a write.
+type Outcome int
+
+const (
+	// Applied: the write is the key's latest state now, at Result.Revision.
+	Applied Outcome = iota
+	// Stale: the key holds Result.Current, which is this write's stamp or newer.
+	Stale
+	// Full: the write would take the table past MaxKeys or MaxBytes.
+	Full
+)
+
+// Result is the outcome of Put.
+type Result struct {
+	Outcome  Outcome
+	Revision uint64 // Applied
+	Current  Stamp  // Stale
+}
+
+// Entry is a key's state as read. Raw and Key alias the table's arena and stay valid
+// and unchanged for as long as the caller keeps them.
+type Entry struct {
+	Key       []byte
+	Raw       []byte
+	Stamp     Stamp
+	Submitted int64
+	Revision  uint64
+	Deleted   bool
+}
+
+// Stats is a snapshot of the table's gauges and counters.
+type Stats struct {
+	Keys, Tombstones   int
+	Bytes              int64 // event bytes of the entries
+	ArenaBytes         int64 // the arena's slabs, live and dead records
+	LogSlots           int   // revision log slots, live and dead
+	Revision           uint64
+	Compacted          uint64 // the oldest revision a Resume may start from
+	Refused, StaleSeen uint64
+	Collected          uint64 // tombstones removed after TombstoneTTL
+}
+
+// none marks "no entry" in index chains.
+const none = ^uint32(0)
+
+// entry is one key's state. It holds no pointer: a million entries cost the garbage
+// collector nothing to scan.
+type entry struct {
+	hash      uint64
+	version   uint64
+	rev       uint64 // 0 while the entry is free
+	submitted int64
+	slab, off uint32 // the record in the arena; off is where Raw starts
+	size      uint32 // len(Raw)
+	keyOff    uint32 // the key's offset in Raw
+	keyLen    uint32
+	origin    uint32 // in origins
+	same      uint32 // next entry with the same hash, or none
+	chunk     uint32 // the revision log chunk of rev
+	deleted   bool
+}
+
+// pageSize entries per page: the entries grow by pages, never by copying.
+const pageBits, pageSize = 12, 1 << 12
+
+// tomb is a tombstone waiting for collection, in the order they were made.
+type tomb struct {
+	rev uint64
+	at  int64 // when it was applied here, unix nanos
+	ent uint32
+}
+
+// Table is a node's state table: the latest event of every key, by last-writer-wins,
+// each change numbered by a rising revision. Safe for concurrent use: one mutex guards
+// everything, and no call holds it for more than one bounded step (a scan step, a
+// chunk or slab compaction).
+type Table struct {
+	cfg  Config
+	hash func(key []byte) uint64 // maphash with a seed of the table's own
+
+	mu       sync.Mutex
+	index    map[uint64]uint32 // guarded by mu: hash -> first entry of its chain
+	pages    []*[pageSize]entry
+	nents    uint32   // entries ever allocated (free ones included)
+	freeEnts []uint32 // guarded by mu: entries to reuse
+	arena    arena
+	log      revlog
+	origins  origins
+	tombs    []tomb // guarded by mu: oldest first; may name entries changed since
+	// staleTombs counts the tombs that no longer name their entry. Invariant:
+	// len(tombs) == Tombstones + staleTombs; tombs is filtered when staleTombs
+	// outgrows the rest, so a key deleted and written again all day costs nothing.
+	staleTombs int
+	rev        uint64 // guarded by mu: the latest revision
+	st         Stats  // guarded by mu: Keys, Tombstones, Bytes and the counters
+	// changed is closed at the next change once a reader waits on it (waiting).
+	changed chan struct{}
+	waiting bool
+	closed  chan struct{} // always closed: Changed's answer when there is news
+}
+
+// New returns an empty table.
+func New(cfg Config) (*Table, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t := &Table{
+		cfg:     cfg,
+		hash:    hasher(maphash.MakeSeed()),
+		index:   make(map[uint64]uint32),
+		arena:   newArena(),
+		origins: newOrigins(),
+		rev:     cfg.FirstRevision,
+		changed: make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	close(t.closed)
+	t.st.Compacted = cfg.FirstRevision
+	return t, nil
+}
+
+func hasher(seed maphash.Seed) func([]byte) uint64 {
+	return func(b []byte) uint64 { return maphash.Bytes(seed, b) }
+}
+
+func (t *Table) ent(i uint32) *entry { return &t.pages[i>>pageBits][i&(pageSize-1)] }
+
+// find returns the entry of key, or none. Caller holds mu.
+func (t *Table) find(h uint64, key []byte) uint32 {
+	i, ok := t.index[h]
+	if !ok {
+		return none
+	}
+	for ; i != none; i = t.ent(i).same {
+		if string(t.keyOf(t.ent(i))) == string(key) {
+			return i
+		}
+	}
+	return none
+}
+
+func (t *Table) keyOf(e *entry) []byte {
+	raw := t.arena.bytes(e.slab, e.off, e.size)
+	return raw[e.keyOff : e.keyOff+e.keyLen]
+}
+
+// Put applies w if it is newer than the key's entry, within the bounds. At a bound,
+// due tombstones are collected first, and the write is tried once more.
+func (t *Table) Put(w *Write, now time.Time) Result {
+	h := t.hash(w.Key)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.put(h, w, now)
+	if r.Outcome == Full && t.collect(now) > 0 {
+		r = t.put(h, w, now)
+	}
+	if r.Outcome == Full {
+		t.st.Refused++
+	}
+	return r
+}
+
+func (t *Table) put(h uint64, w *Write, now time.Time) Result {
+	i := t.find(h, w.Key)
+	var old *entry
+	if i != none {
+		old = t.ent(i)
+		if cur := t.stampOf(old); !w.Stamp.Newer(cur) {
+			t.st.StaleSeen++
+			return Result{Outcome: Stale, Current: cur}
+		}
+	}
+	if !t.fits(old, len(w.Raw)) {
+		return Result{Outcome: Full}
+	}
+	if i == none {
+		i = t.newEntry(h)
+	} else {
+		t.unset(i)
+	}
+	t.set(i, w, now)
+	t.wake()
+	return Result{Outcome: Applied, Revision: t.rev}
+}
+
+func (t *Table) stampOf(e *entry) Stamp {
+	return Stamp{Version: e.version, Origin: t.origins.name(e.origin)}
+}
+
+// fits reports whether replacing old (nil: a new key) by size bytes stays within the
+// bounds.
+func (t *Table) fits(old *entry, size int) bool {
+	grow := int64(size)
+	if old != nil {
+		grow -= int64(old.size)
+	}
+	return (old != nil || t.st.Keys < t.cfg.MaxKeys) && t.st.Bytes+grow <= t.cfg.MaxBytes
+}
+
+// newEntry allocates an entry for hash h and chains it in the index.
+func (t *Table) newEntry(h uint64) uint32 {
+	var i uint32
+	if n := len(t.freeEnts); n > 0 {
+		i = t.freeEnts[n-1]
+		t.freeEnts = t.freeEnts[:n-1]
+	} else {
+		if t.nents%pageSize == 0 {
+			t.pages = append(t.pages, new([pageSize]entry))
+		}
+		i = t.nents
+		t.nents++
+	}
+	e := t.ent(i)
+	*e = entry{hash: h, same: none}
+	if first, ok := t.index[h]; ok {
+		e.same = first
+	}
+	t.index[h] = i
+	t.st.Keys++
+	return i
+}
+
+// set stores w in entry i at the next revision. The entry holds nothing (new, or
+// unset).
+func (t *Table) set(i uint32, w *Write, now time.Time) {
+	e := t.ent(i)
+	t.rev++
+	e.version, e.rev, e.submitted, e.deleted = w.Stamp.Version, t.rev, w.Submitted, w.Deleted
+	e.slab, e.off = t.arena.alloc(i, w.Raw)
+	e.size, e.keyOff, e.keyLen = uint32(len(w.Raw)), uint32(w.KeyOffset), uint32(len(w.Key))
+	e.origin = t.origins.ref(w.Stamp.Origin)
+	var compact *chunk
+	e.chunk, compact = t.log.add(t.rev, i)
+	t.st.Bytes += int64(len(w.Raw))
+	if w.Deleted {
+		t.st.Tombstones++
+		t.dropStaleTombs()
+		t.tombs = append(t.tombs, tomb{rev: t.rev, at: now.UnixNano(), ent: i})
+	}
+	if compact != nil {
+		t.compactChunk(compact)
+	}
+}
+
+// unset releases what entry i holds (its record, log slot and origin) but keeps it in
+// the index, for set to fill again.
+func (t *Table) unset(i uint32) {
+	e := t.ent(i)
+	t.st.Bytes -= int64(e.size)
+	if e.deleted {
+		t.st.Tombstones--
+		t.staleTombs++ // its tomb no longer names it
+	}
+	t.origins.unref(e.origin)
+	slab, size, chunk := e.slab, e.size, e.chunk
+	e.rev = 0 // its log slot and record are dead from here on
+	if t.arena.release(slab, size) {
+		t.compactSlab(slab)
+	}
+	if c := t.log.kill(chunk); c != nil {
+		t.compactChunk(c)
+	}
+}
+
+// remove takes entry i out of the table.
+func (t *Table) remove(i uint32) {
+	t.unset(i)
+	e := t.ent(i)
+	if first := t.index[e.hash]; first == i {
+		if e.same == none {
+			delete(t.index, e.hash)
+		} else {
+			t.index[e.hash] = e.same
+		}
+	} else {
+		p := t.ent(first)
+		for p.same != i {
+			p = t.ent(p.same)
+		}
+		p.same = e.same
+	}
+	*e = entry{}
+	t.freeEnts = append(t.freeEnts, i)
+	t.st.Keys--
+}
+
+func (t *Table) compactChunk(c *chunk) {
+	t.log.compact(c,
+		func(rev uint64, ent uint32) bool { return t.ent(ent).rev == rev },
+		func(ent, to uint32) { t.ent(ent).chunk = to })
+}
+
+// compactSlab moves the live records of slab id to the current slab and drops it.
+func (t *Table) compactSlab(id uint32) {
+	t.arena.records(id, func(owner, off, n uint32) {
+		if owner >= t.nents {
+			return
+		}
+		e := t.ent(owner)
+		if e.rev == 0 || e.slab != id || e.off != off {
+			return // dead: the owner was changed, removed or reused since
+		}
+		raw := t.arena.bytes(id, off, n)
+		e.slab, e.off = t.arena.alloc(owner, raw)
+	})
+	t.arena.drop(id)
+}
+
+// wake tells waiting readers that something changed. Caller holds mu.
+func (t *Table) wake() {
+	if t.waiting {
+		close(t.changed)
+		t.changed = make(chan struct{})
+		t.waiting = false
+	}
+}
+
+// Get returns the entry of key. Deleted keys are returned too (Deleted set).
+func (t *Table) Get(key []byte) (Entry, bool) {
+	h := t.hash(key)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := t.find(h, key)
+	if i == none {
+		return Entry{}, false
+	}
+	return t.read(t.ent(i)), true
+}
+
+// read makes the Entry of e. Caller holds mu.
+func (t *Table) read(e *entry) Entry {
+	raw := t.arena.bytes(e.slab, e.off, e.size)
+	return Entry{
+		Key:       raw[e.keyOff : e.keyOff+e.keyLen : e.keyOff+e.keyLen],
+		Raw:       raw,
+		Stamp:     t.stampOf(e),
+		Submitted: e.submitted,
+		Revision:  e.rev,
+		Deleted:   e.deleted,
+	}
+}
+
+// Revision is the latest revision.
+func (t *Table) Revision() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rev
+}
+
+// Stats returns the gauges and counters.
+func (t *Table) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.st
+	st.Revision = t.rev
+	st.ArenaBytes = t.arena.size
+	st.LogSlots = t.log.slots()
+	return st
+}
+
+// Collect removes the tombstones older than TombstoneTTL and returns how many.
+func (t *Table) Collect(now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.collect(now)
+}
+
+func (t *Table) collect(now time.Time) int {
+	horizon := now.Add(-t.cfg.TombstoneTTL).UnixNano()
+	n, k := 0, 0
+	for ; k < len(t.tombs) && t.tombs[k].at <= horizon; k++ {
+		tb := t.tombs[k]
+		if t.ent(tb.ent).rev != tb.rev {
+			t.staleTombs--
+			continue // written again since: no longer this tombstone
+		}
+		t.remove(tb.ent) // counts it as stale: undone below
+		t.staleTombs--
+		t.st.Compacted = max(t.st.Compacted, tb.rev)
+		n++
+	}
+	if k > 0 {
+		t.tombs = append(t.tombs[:0], t.tombs[k:]...)
+	}
+	t.st.Collected += uint64(n)
+	return n
+}
+
+// dropStaleTombs filters the tombs that no longer name their entry, once they
+// outnumber the live ones (amortised O(1) per delete).
+func (t *Table) dropStaleTombs() {
+	if t.staleTombs < 1024 || t.staleTombs < len(t.tombs)/2 {
+		return
+	}
+	k := 0
+	for _, tb := range t.tombs {
+		if t.ent(tb.ent).rev == tb.rev {
+			t.tombs[k] = tb
+			k++
+		}
+	}
+	clear(t.tombs[k:])
+	t.tombs, t.staleTombs = t.tombs[:k], 0
+}
+
+// String is the key as a string sharing Entry.Key's memory, which is never written.
+func (e *Entry) String() string { return unsafe.String(unsafe.SliceData(e.Key), len(e.Key)) }
