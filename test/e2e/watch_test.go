@@ -43,8 +43,9 @@ func TestSnapshot(t *testing.T) {
 	waitStates(t, c, "snap/", l)
 
 	for round := range 2 {
-		winner, _ := l.snapshot()
 		for i := range c.nodes {
+			waitStates(t, c, "snap/", l) // the previous node's live writes are everywhere
+			winner, _ := l.snapshot()
 			r := subscribeWith(t, c, i, subOpts{prefix: "snap/", snapshot: true})
 			checkSnapshot(t, r.name, r.waitSnapshot(t, convergeTimeout), winner)
 			// A live change from another node, of a task in the snapshot and of a new one.
@@ -61,7 +62,6 @@ func TestSnapshot(t *testing.T) {
 			}
 			checkAllMonotonic(t, r)
 		}
-		waitStates(t, c, "snap/", l)
 	}
 	events, tasks := l.count()
 	t.Logf("%d events over %d tasks; 6 snapshots, each exact", events, tasks)
