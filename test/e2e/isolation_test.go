@@ -14,22 +14,22 @@ import (
 // Replicate; BUSY only where the state table cannot take a write).
 
 // The workload of TestFrozenSubscriber: A and B each submit frozenTasks new tasks of
-// frozenPayload bytes, back to back in requests of frozenBatch. Its 6 MiB are ~100
+// frozenPayload bytes, back to back in requests of frozenBatch. Its 3 MiB are ~50
 // times what a frozen watcher's 64 KiB windows take, so the node must hold what it
 // owes the frozen watcher while it serves the other subscriber.
 const (
-	frozenTasks   = 3000
+	frozenTasks   = 1500
 	frozenPayload = 1 << 10
 	frozenBatch   = 100
 	frozenPairs   = 5 // interleaved runs of each kind; their medians are compared
 	// frozenRatio is the bound of the issue: the other subscriber's delivery time
 	// with a frozen subscriber on the node is within 1.2x of its time without.
 	frozenRatio = 1.2
-	// frozenSlack is added to the bound. A run takes 150-400 ms on the 2-core VM,
-	// where five processes (three nodes, the watcher, the test) share two cores with
-	// whatever else runs: one scheduling delay or GC cycle in any of them moves a run
-	// by tens of milliseconds either way, which is noise, not a stall (runs of the
-	// same kind measured 160-400 ms under a load average of 9). A subscriber held up
+	// frozenSlack is added to the bound. A run takes 100-250 ms on the 2-core VM
+	// (350-800 ms with -race), where five processes (three nodes, the watcher, the
+	// test) share two cores with whatever else runs: one scheduling delay or GC cycle
+	// in any of them moves a run by tens of milliseconds either way, which is noise,
+	// not a stall (runs of one kind in one test spread over 2x). A subscriber held up
 	// by the frozen one would not finish at all before SIGCONT, which comes only once
 	// it has finished: the run would fail on its deadline.
 	frozenSlack = 25 * time.Millisecond
@@ -37,7 +37,7 @@ const (
 
 // TestFrozenSubscriber runs a Subscribe client in a process of its own on C
 // (internal/watcher) next to the test's own subscriber on C, and freezes the watcher
-// with SIGSTOP for every other run of a fixed workload (A and B submit 6000 new
+// with SIGSTOP for every other run of a fixed workload (A and B submit 3000 new
 // 1 KiB tasks). The other subscriber's delivery time (first submit until it had every
 // task) with the frozen watcher is within 1.2x (plus frozenSlack) of the runs without
 // a fault, interleaved, medians compared. (Without the fault the watcher reads too,
