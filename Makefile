@@ -66,6 +66,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReadEvent -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./pkg/loadgen/
+	$(GO) test -run='^$$' -fuzz=FuzzTable -fuzztime=$(FUZZTIME) ./pkg/state/
+	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/
 
 clean:
 	rm -rf bin

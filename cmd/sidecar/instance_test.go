@@ -39,7 +39,7 @@ func TestInstanceWiring(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := fetchStatus(ctx, "unix://"+sock)
+	st, err := fetchStatus(ctx, appOptions{addr: "unix://" + sock})
 	if err != nil || st.GetNodeId() != "wired" || len(st.GetPeers()) != 1 {
 		t.Fatalf("GetStatus over the unix socket: %v, %v", st, err)
 	}

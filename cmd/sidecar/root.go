@@ -21,7 +21,8 @@ func newRootCmd() *cobra.Command {
 			return bindEnv(cmd.Flags())
 		},
 	}
-	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd())
+	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
+		newSubmitCmd(), newGetCmd(), newWatchCmd())
 	return root
 }
 
@@ -31,12 +32,28 @@ func envName(flag string) string {
 	return "FANOUT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// noEnv is the flag annotation that keeps bindEnv off a flag (see envOnly).
+const noEnv = "fanout-no-env"
+
+// envOnly makes only the named flags of fs read the environment. The client commands
+// use it: a pod's FANOUT_MAX_BATCH is meant for serve, not for a watch run in the pod.
+func envOnly(fs *pflag.FlagSet, names ...string) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		for _, n := range names {
+			if f.Name == n {
+				return
+			}
+		}
+		_ = fs.SetAnnotation(f.Name, noEnv, []string{"true"})
+	})
+}
+
 // bindEnv sets every flag that was not given on the command line from its FANOUT_*
 // variable. A command-line flag wins over the environment.
 func bindEnv(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
+		if _, off := f.Annotations[noEnv]; err != nil || f.Changed || off {
 			return
 		}
 		if v, ok := os.LookupEnv(envName(f.Name)); ok {

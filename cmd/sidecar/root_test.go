@@ -102,3 +102,27 @@ func TestSetProcs(t *testing.T) {
 		t.Fatalf("err = %v, want it to name --gomaxprocs", err)
 	}
 }
+
+// TestClientCommandsReadOnlyAddrFromEnv: a pod's FANOUT_* variables are for serve; a
+// client command run in the pod takes only FANOUT_ADDR.
+func TestClientCommandsReadOnlyAddrFromEnv(t *testing.T) {
+	t.Setenv("FANOUT_ADDR", "unix:///tmp/x.sock")
+	t.Setenv("FANOUT_MAX_BATCH", "250")
+	t.Setenv("FANOUT_TIMEOUT", "1ms")
+	cmd := newWatchCmd()
+	if err := bindEnv(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{"addr": "unix:///tmp/x.sock", "max-batch": "0", "timeout": "0s"} {
+		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
+			t.Errorf("--%s = %q from the environment, want %q", flag, got, want)
+		}
+	}
+	serve := newServeCmd()
+	if err := bindEnv(serve.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	if got := serve.Flags().Lookup("max-batch").Value.String(); got != "250" {
+		t.Errorf("serve --max-batch = %q, want 250 from FANOUT_MAX_BATCH", got)
+	}
+}

@@ -4,27 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 func newStatusCmd() *cobra.Command {
-	addr := "127.0.0.1:7070"
-	timeout := 5 * time.Second
+	o := defaultAppOptions(5 * time.Second)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print a sidecar's GetStatus as a table",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, err := fetchStatus(ctx, addr)
+			st, err := fetchStatus(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -32,31 +26,19 @@ func newStatusCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", addr, "the sidecar's app address (host:port or unix:///path)")
-	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
+	o.addFlags(cmd.Flags(), "give up after this long")
+	envOnly(cmd.Flags(), "addr")
 	return cmd
 }
 
-// dialApp connects to a sidecar's app listener.
-func dialApp(addr string) (*grpc.ClientConn, error) {
-	target := addr
-	if !strings.HasPrefix(addr, "unix://") {
-		target = "passthrough:///" + addr
-	}
-	return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-}
-
-func fetchStatus(ctx context.Context, addr string) (*fanoutv1.GetStatusResponse, error) {
-	cc, err := dialApp(addr)
-	if err != nil {
-		return nil, err
-	}
-	defer cc.Close()
-	st, err := fanoutv1.NewFanoutServiceClient(cc).GetStatus(ctx, &fanoutv1.GetStatusRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("GetStatus %s: %w", addr, err)
-	}
-	return st, nil
+// fetchStatus calls GetStatus on the sidecar at o.addr.
+func fetchStatus(ctx context.Context, o appOptions) (*fanoutv1.GetStatusResponse, error) {
+	var st *fanoutv1.GetStatusResponse
+	err := o.call(ctx, "GetStatus", func(ctx context.Context, c fanoutv1.FanoutServiceClient) (err error) {
+		st, err = c.GetStatus(ctx, &fanoutv1.GetStatusRequest{})
+		return err
+	})
+	return st, err
 }
 
 func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {

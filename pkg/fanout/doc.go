@@ -12,12 +12,18 @@
 //  2. validates the whole request against Limits before touching anything, so a bad
 //     request is refused with the field named ("events[3].task_id: empty") and nothing
 //     of it is applied;
-//  3. gives every event with version 0 a version from the node's hybrid logical clock
+//  3. refuses a version more than a minute ahead of the node's clock, so that no single
+//     write can win a key's last-writer-wins order for good (2^64-1 would);
+//  4. gives every event with version 0 a version from the node's hybrid logical clock
 //     (hlc: wall milliseconds << 16 | counter; monotonic even if the wall clock steps
-//     back), and records each event in the version table as this node's own write, so
-//     an older remote write of the same task is never delivered here afterwards;
-//  4. offers the events, as one slice shared read-only by all peers, to every peer's
-//     batcher (package batcher) and returns once each batcher's acceptor has them.
+//     back), encodes it, and puts it in the state table (package state) as this node's
+//     own write. Each event gets its answer in SubmitResponse.results: ACCEPTED with
+//     its revision, STALE (the table holds this version or a newer one: the event is
+//     not sent, so [v10, v5] in one request sends v10) or REFUSED (the table is at a
+//     bound);
+//  5. offers the accepted events, as one slice shared read-only by all peers, to every
+//     peer's batcher (package batcher) and returns once each batcher's acceptor has
+//     them.
 //
 // Send. Each peer has a link: its batcher plus a Replicator (package peers). The
 // batcher's workers call link.Process with a batch; Process builds one
@@ -29,28 +35,31 @@
 // dropped.
 //
 // Receive. PeerServer.Replicate validates the request, then each event: an invalid one
-// is INVALID; one from our own origin is STALE (never echoed); otherwise the version
-// table admits it only if (version, origin) is newer than what it holds, and only if
-// the inbox takes it. Check, put and record happen under the table shard's lock, so a
-// BUSY event leaves no trace and its retry is not mistaken for a duplicate. The table
-// is a sharded LRU bounded by --version-memory.
+// (or one more than five minutes ahead of the clock) is INVALID; one from our own
+// origin is STALE (never echoed); otherwise the state table stores it if (version,
+// origin) is newer than the key's entry (OK), answers STALE if not, and BUSY only if
+// it is at --state-max-keys or --state-max-bytes: the sender pauses and retries. No
+// reader is involved, so a slow or absent app never pushes back on its peers.
 //
 // The receive path is pass-through (wire.go): RegisterPeerServer's handler hands the
-// request's bytes to the node undecoded; a protowire reader takes each event's task_id
-// and version and checks the limits exactly as decoding and validateEvent would
-// (FuzzReadEvent); an admitted event is one copy of its bytes, and Subscribe writes
-// those bytes into its messages unchanged. A process-wide "proto" codec (pkg/peers,
-// frame.go) passes such frames through and leaves every other message to gRPC's
-// protobuf codec.
+// request's bytes to the node undecoded; a protowire reader takes each event's task_id,
+// version and deleted flag and checks the limits exactly as decoding and validateEvent
+// would (FuzzReadEvent); a stored event is one copy of its bytes into the table's
+// arena, and Subscribe writes those bytes into its messages unchanged. A process-wide
+// "proto" codec (pkg/peers, frame.go) passes such frames through and leaves every other
+// message to gRPC's protobuf codec.
 //
-// Deliver. The inbox is bounded (--inbox-capacity) and keeps the latest event per
-// task_id in place, like a batcher's pending. A single pump goroutine moves events, in
-// order, to every Subscribe stream whose prefix matches. With nobody subscribed, events
-// wait; when the inbox is full, Replicate answers BUSY, and the sender pauses and
-// retries: a slow app pushes back on its peers instead of losing events. A stream that
-// asked for max_batch > 1 gets the deliveries already waiting packed into one message.
-// When a stream ends, what it had not sent (its buffer, a failed send) goes back to the
-// head of the inbox for the next subscriber; only what gRPC already accepted is gone.
+// Read. Get and Subscribe read the state table (get.go, subscribe.go). Get returns the
+// entries of some task_ids, or pages through a prefix in revision order. Subscribe is
+// list+watch: a snapshot (every live entry up to the revision the stream started at,
+// then a snapshot_complete message) or a resume (every key changed after
+// from_revision, deletions included), then live changes. A stream holds a revision,
+// not a queue: it pulls the next changes from the table when it is ready to send and
+// waits on Table.Changed when it has read everything. So a reader that falls behind
+// sees each key once at its latest, costs no memory, and never blocks a writer or
+// another reader. Its messages stay under max_batch_bytes. A stream that falls behind
+// the tombstone horizon (it could miss a deletion) ends with OUT_OF_RANGE, and so does
+// a from_revision below it: the client subscribes again with a snapshot.
 //
 // Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: before its
 // events are offered, the ackLedger registers one waiter per (peer, task_id) and the
@@ -65,8 +74,10 @@
 //
 // # Goroutines
 //
-// New starts the inbox pump, run (which drops self-links) and the timing wheel's
-// driver (asleep while no ack waits); each batcher starts its own acceptor and workers. Close cancels and waits for all of them, then closes the
+// New starts run (which drops self-links), the tombstone collector (every quarter of
+// --tombstone-ttl) and the timing wheel's driver (asleep while no ack waits); each
+// batcher starts its own acceptor and workers. A Subscribe stream runs on its gRPC
+// handler's goroutine. Close cancels and waits for all of them, then closes the
 // batchers and connections. Drain marks the node draining and waits for the batchers to
 // empty. Status and the Prometheus Collector read atomics and batcher Stats, so neither
 // adds work to the hot path.

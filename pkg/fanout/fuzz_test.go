@@ -1,10 +1,12 @@
 package fanout
 
 import (
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"errors"
 	"testing"
 	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/peers"
@@ -104,6 +106,25 @@ func FuzzReadEvent(f *testing.F) {
 		}
 		if got != want || (got && (string(h.taskID) != ev.GetTaskId() || h.version != ev.GetVersion() || h.deleted != ev.GetDeleted())) {
 			t.Fatalf("readEvent = %q v%d %v; decoded %v, valid %v", h.taskID, h.version, ok, &ev, want)
+		}
+	})
+}
+
+// FuzzPageToken: any page_token is a revision or an INVALID_ARGUMENT naming the field,
+// and every token the node makes reads back as its revision.
+func FuzzPageToken(f *testing.F) {
+	f.Add("", uint64(0))
+	f.Add(pageToken(117655171390570496), uint64(117655171390570496))
+	f.Add("not-a-token", uint64(1))
+	f.Fuzz(func(t *testing.T, tok string, rev uint64) {
+		if got, err := parsePageToken(pageToken(rev)); err != nil || got != rev {
+			t.Fatalf("token of %d reads back as %d, %v", rev, got, err)
+		}
+		if _, err := parsePageToken(tok); err != nil {
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Field != "page_token" {
+				t.Fatalf("error %v does not name page_token", err)
+			}
 		}
 	})
 }

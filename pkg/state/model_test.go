@@ -222,7 +222,9 @@ func (h *harness) checkStats() {
 	if limit := 2*st.Keys + 2*chunkSlots; st.LogSlots > limit {
 		h.t.Fatalf("log holds %d slots for %d keys (limit %d)", st.LogSlots, st.Keys, limit)
 	}
-	h.checkArena()
+	if len(h.keys) <= 50 || h.steps%32 == 0 { // it walks every entry
+		h.checkArena()
+	}
 }
 
 // checkArena: every slab's live count is the sum of its live records.
@@ -295,7 +297,7 @@ func TestCompactionKeepsRevisionOrder(t *testing.T) {
 			t.Fatalf("Put %s: %+v, model %+v", key, got, want)
 		}
 	}
-	for i := range 200000 {
+	for i := range 120000 {
 		put(h.keys[rng.IntN(300)], uint64(100+i))
 	}
 	h.checkScan(1, 0, 1)
