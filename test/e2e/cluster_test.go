@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,6 +122,13 @@ func (c *cluster) start() {
 	for _, n := range c.nodes {
 		n.waitReady()
 	}
+}
+
+// setFlag sets a serve flag of n for its next start: "--name" becomes
+// "--name=value", in place of any earlier value.
+func (n *node) setFlag(name, value string) {
+	flags := slices.DeleteFunc(n.spec.Flags, func(f string) bool { return f == name || strings.HasPrefix(f, name+"=") })
+	n.spec.Flags = append(flags, name+"="+value)
 }
 
 // node returns node i.

@@ -14,18 +14,23 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// The convergence checker states the two promises of SPEC §6 over a whole cluster,
-// whatever faults happened on the way:
+// The convergence checker states the promises of SPEC §6 and §13 over a whole
+// cluster, whatever faults happened on the way:
 //
-//	(a) every live node ends with the same latest (version, origin) of every task:
-//	    the newest stamp over all submissions. A node never receives its own writes
-//	    back (its version table holds them), so what a node "has" is the newer of the
-//	    latest delivery to its app and its own newest write.
-//	(b) no Subscribe stream ever sees a task's version go backwards (or repeat).
+//	(a) every live node's app ends with the same latest (version, origin) of every
+//	    task: the newest stamp over all accepted submissions. A live stream does not
+//	    carry the node's own writes back (its state table holds them), so what a
+//	    node's app "has" is the newer of the latest delivery to it and the node's own
+//	    newest write.
+//	(a') every live node's state table (Get) holds that winner of every task, or
+//	    omits the task if the winner is a deletion. A node restarted since the check
+//	    began has lost its memory-only state: whatever it holds must be the winner.
+//	(b) no Subscribe stream ever sees a task's version go backwards (or repeat), and
+//	    its revisions rise (recorder.checkMonotonic).
 //
-// A ledger collects what the origins accepted (from SubmitResponse.versions); a
-// convergence value records every delivery on every node, across restarts and
-// reconnects, and checks a ledger against them.
+// A ledger collects what the origins accepted (from SubmitResponse.versions and
+// results); a convergence value records every delivery on every node, across restarts
+// and reconnects, and checks a ledger against them and against each node's Get.
 
 // ledger is what origins accepted, per task: the winning stamp and payload over all
 // origins, and each origin's own newest stamp. Safe for concurrent submitters.
@@ -40,10 +45,12 @@ func newLedger() *ledger {
 	return &ledger{winner: make(map[string]expected), own: make(map[string]map[string]stamp)}
 }
 
-// observe records a request that origin accepted, with the versions it assigned.
-func (l *ledger) observe(origin string, events []*fanoutv1.Event, versions []uint64) error {
-	if len(versions) != len(events) {
-		return fmt.Errorf("%s answered %d versions for %d events", origin, len(versions), len(events))
+// observe records a request that origin answered with resp: the events it accepted,
+// with the versions it assigned.
+func (l *ledger) observe(origin string, events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) error {
+	ok, err := accepted(origin, events, resp)
+	if err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -52,11 +59,14 @@ func (l *ledger) observe(origin string, events []*fanoutv1.Event, versions []uin
 		own = make(map[string]stamp)
 		l.own[origin] = own
 	}
-	l.events += len(events)
 	for i, ev := range events {
-		id, s := ev.GetTaskId(), stamp{Version: versions[i], Origin: origin}
+		if !ok[i] {
+			continue
+		}
+		l.events++
+		id, s := ev.GetTaskId(), stamp{Version: resp.GetVersions()[i], Origin: origin}
 		if cur, ok := l.winner[id]; !ok || s.newerThan(cur.Stamp) {
-			l.winner[id] = expected{Stamp: s, Payload: ev.GetPayload()}
+			l.winner[id] = expected{Stamp: s, Payload: ev.GetPayload(), Deleted: ev.GetDeleted()}
 		}
 		if s.newerThan(own[id]) {
 			own[id] = s
@@ -98,32 +108,56 @@ type convergence struct {
 	t       *testing.T
 	c       *cluster
 	streams [][]*recorder // per node index; the last one is current unless closed
+	// restarted[i] says that node i's process was restarted since watch: its state
+	// table holds only what reached it since.
+	restarted []bool
 }
 
-// watch subscribes to every running node of c.
+// watch subscribes to every running node of c, with a snapshot: the app reads the
+// node's current state, then every change (list+watch, SPEC §13).
 func watch(t *testing.T, c *cluster) *convergence {
 	t.Helper()
-	cv := &convergence{t: t, c: c, streams: make([][]*recorder, len(c.nodes))}
+	cv := &convergence{t: t, c: c, streams: make([][]*recorder, len(c.nodes)), restarted: make([]bool, len(c.nodes))}
 	for i, n := range c.nodes {
 		if n.running() {
-			cv.resubscribe(i)
+			cv.open(i, subOpts{snapshot: true})
 		}
 	}
 	return cv
 }
 
-// resubscribe opens a new stream on node i: after a restart, or for an app that
-// connects late.
-func (cv *convergence) resubscribe(i int) {
+// open opens a new stream on node i.
+func (cv *convergence) open(i int, o subOpts) {
 	cv.t.Helper()
-	r := subscribe(cv.t, cv.c, i, "")
-	r.name = fmt.Sprintf("node %s stream #%d", cv.c.node(i).spec.ID, len(cv.streams[i])+1)
+	r := subscribeWith(cv.t, cv.c, i, o)
+	r.name = fmt.Sprintf("node %s stream #%d (%s)", cv.c.node(i).spec.ID, len(cv.streams[i])+1, o)
 	cv.streams[i] = append(cv.streams[i], r)
 }
 
+// restart restarts node i (it must have exited), waits until it is ready, and
+// subscribes with a snapshot: whatever its peers resent to it before the app
+// connected is in the snapshot. It returns how long the node took to be ready.
+func (cv *convergence) restart(i int) time.Duration {
+	cv.t.Helper()
+	start := time.Now()
+	cv.c.node(i).restart()
+	took := time.Since(start)
+	cv.restarted[i] = true
+	cv.open(i, subOpts{snapshot: true})
+	return took
+}
+
+// resume opens a new stream on node i from the last revision its previous stream
+// (closed with disconnect) received: an app that reconnects loses nothing.
+func (cv *convergence) resume(i int) {
+	cv.t.Helper()
+	rs := cv.streams[i]
+	cv.open(i, subOpts{fromRevision: rs[len(rs)-1].lastRevision()})
+}
+
 // disconnect closes node i's current stream and waits until the node has no
-// subscriber left. Events the node had already handed to that stream are lost to it
-// (see docs/RELIABILITY.md); call it when nothing is in flight to node i.
+// subscriber left. What the node had handed to that stream but the app had not
+// received is lost to it; resume picks up after what it did receive.
 func (cv *convergence) disconnect(i int) {
 	cv.t.Helper()
 	rs := cv.streams[i]
@@ -192,15 +226,18 @@ func (cv *convergence) checkTask(i int, id string, w expected, own stamp) error 
 		return fmt.Errorf("node %s: task %q: nothing delivered, own write %s, winner %s", node, id, own, w.Stamp)
 	case d.Stamp != w.Stamp:
 		return fmt.Errorf("node %s: task %q delivered %s, own write %s, winner %s", node, id, d.Stamp, own, w.Stamp)
+	case d.Deleted != w.Deleted:
+		return fmt.Errorf("node %s: task %q at %s delivered with deleted=%t, want %t", node, id, d.Stamp, d.Deleted, w.Deleted)
 	case w.Payload != nil && !bytes.Equal(d.Payload, w.Payload):
 		return fmt.Errorf("node %s: task %q at %s has payload %q, want %q", node, id, d.Stamp, d.Payload, w.Payload)
 	}
 	return nil
 }
 
-// checkMonotonic returns the first stream that saw a version go backwards or repeat
-// (invariant b). Streams are checked one by one: a restarted node starts with an empty
-// version table, so across its processes only invariant (a) holds.
+// checkMonotonic returns the first stream that saw a version go backwards or repeat,
+// or broke its revisions (invariant b). Streams are checked one by one: a restarted
+// node starts with an empty state table, so across its processes only invariant (a)
+// holds.
 func (cv *convergence) checkMonotonic() error {
 	for _, rs := range cv.streams {
 		for _, r := range rs {
@@ -212,14 +249,38 @@ func (cv *convergence) checkMonotonic() error {
 	return nil
 }
 
-// wait polls until check(l, live) holds, fails the test otherwise, then checks
-// invariant (b). It returns when the last winning delivery arrived on any node of
-// live (zero if every node wrote every winner itself).
+// checkState returns nil if the state table of every node in live agrees with l
+// (invariant a'), or an error naming the first node and task that do not.
+func (cv *convergence) checkState(l *ledger, live []int) error {
+	winner, _ := l.snapshot()
+	ids := slices.Sorted(maps.Keys(winner))
+	for _, i := range live {
+		n := cv.c.node(i)
+		got, err := getIDs(n, ids)
+		if err != nil {
+			return err
+		}
+		if err := diffState(n.spec.ID, got, winner, cv.restarted[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait polls until check(l, live) holds, then until checkState(l, live) holds, fails
+// the test otherwise, then checks invariant (b). It returns when the last winning
+// delivery arrived on any node of live (zero if every node wrote every winner
+// itself).
 func (cv *convergence) wait(timeout time.Duration, l *ledger, live ...int) time.Time {
 	cv.t.Helper()
 	_, tasks := l.count()
 	eventually(cv.t, timeout, fmt.Sprintf("%d tasks converged on %d nodes", tasks, len(live)), func() error {
 		return cv.check(l, live)
+	})
+	// A node updates its table before it hands the change to a stream, so this holds
+	// at once; it is polled all the same, not assumed.
+	eventually(cv.t, timeout, fmt.Sprintf("state tables of %d nodes hold the %d winners", len(live), tasks), func() error {
+		return cv.checkState(l, live)
 	})
 	if err := cv.checkMonotonic(); err != nil {
 		cv.t.Error(err)
@@ -278,8 +339,8 @@ func TestConvergenceChecker(t *testing.T) {
 	// A wrote t1@1; B wrote t1@2 (the winner) and t2@3. C only receives.
 	l := newLedger()
 	ev := func(id, p string) *fanoutv1.Event { return &fanoutv1.Event{TaskId: id, Payload: []byte(p)} }
-	must(t, l.observe("A", []*fanoutv1.Event{ev("t1", "a")}, []uint64{1}))
-	must(t, l.observe("B", []*fanoutv1.Event{ev("t1", "b"), ev("t2", "b")}, []uint64{2, 3}))
+	must(t, l.observe("A", []*fanoutv1.Event{ev("t1", "a")}, acceptedAll(1)))
+	must(t, l.observe("B", []*fanoutv1.Event{ev("t1", "b"), ev("t2", "b")}, acceptedAll(2, 3)))
 	d := func(id string, s stamp, p string) delivery { return delivery{TaskID: id, Stamp: s, Payload: []byte(p)} }
 
 	cases := []struct {
@@ -325,8 +386,9 @@ func fakeConvergence(ds [][][]delivery) *convergence {
 	for i, streams := range ds {
 		cv.c.nodes = append(cv.c.nodes, &node{index: i, spec: nodeSpec{ID: string(rune('A' + i))}})
 		for k, s := range streams {
-			r := &recorder{name: fmt.Sprintf("node %c stream #%d", 'A'+i, k+1), latest: make(map[string]delivery)}
-			for _, d := range s {
+			r := &recorder{name: fmt.Sprintf("node %c stream #%d", 'A'+i, k+1), latest: make(map[string]delivery), live: -1}
+			for j, d := range s {
+				d.Revision = uint64(j + 1)
 				r.all = append(r.all, d)
 				r.latest[d.TaskID] = d
 			}
@@ -334,6 +396,15 @@ func fakeConvergence(ds [][][]delivery) *convergence {
 		}
 	}
 	return cv
+}
+
+// acceptedAll is a SubmitResponse that accepted every event, with these versions.
+func acceptedAll(versions ...uint64) *fanoutv1.SubmitResponse {
+	resp := &fanoutv1.SubmitResponse{Versions: versions}
+	for range versions {
+		resp.Results = append(resp.Results, &fanoutv1.EventResult{Outcome: fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED})
+	}
+	return resp
 }
 
 func errorMatches(err error, want string) bool {

@@ -96,38 +96,18 @@ func TestVersionsNeverGoBackwards(t *testing.T) {
 		origins []int // one submitter goroutine per entry, submitting to that node
 		tasks   int
 		rounds  int
-		// subscribeLate connects the subscribers only after the load, once A has
-		// seen C answer BUSY: the inbox (tiny here) fills while nobody reads it.
-		subscribeLate bool
 	}{
 		{name: "one origin, 4 concurrent submitters", origins: []int{0, 0, 0, 0}, tasks: 40, rounds: 25},
 		{name: "one origin, small batches, 2 workers", flags: []string{"--max-batch=8", "--workers=2"}, origins: []int{0, 0, 0}, tasks: 40, rounds: 25},
 		{name: "two origins on the same tasks", origins: []int{0, 0, 1, 1}, tasks: 40, rounds: 25},
-		{name: "full inbox pushes back with BUSY", flags: []string{"--inbox-capacity=16", "--congestion-retry-delay=10ms"}, origins: []int{0, 1}, tasks: 40, rounds: 25, subscribeLate: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startCluster(t, specs(3, tc.flags...)...)
-			var recs []*recorder
-			subscribeAll := func() {
-				recs = []*recorder{subscribe(t, c, 0, ""), subscribe(t, c, 1, ""), subscribe(t, c, 2, "")}
-			}
-			if !tc.subscribeLate {
-				subscribeAll()
-			}
+			recs := []*recorder{subscribe(t, c, 0, ""), subscribe(t, c, 1, ""), subscribe(t, c, 2, "")}
 			exp := newExpectations()
 			runSubmitters(t, c, tc.origins, updates("mono/", tc.tasks, tc.rounds, 10), exp)
 			want := exp.snapshot()
-			if tc.subscribeLate {
-				eventually(t, convergeTimeout, "C answers BUSY to A", func() error {
-					p, err := c.node(0).peerStatus(2)
-					if err == nil && p.GetCongestion() == 0 {
-						err = fmt.Errorf("A's peer C: congestion 0, succeeded %d", p.GetSucceeded())
-					}
-					return err
-				})
-				subscribeAll()
-			}
 
 			// Every node converges to the newest stamp of each task, except that a
 			// node never receives its own events back: it holds them already.
@@ -147,7 +127,7 @@ func TestVersionsNeverGoBackwards(t *testing.T) {
 
 // runSubmitters submits reqs from one goroutine per entry of origins, concurrently,
 // each to its node, and waits for all of them.
-func runSubmitters(t *testing.T, c *cluster, origins []int, reqs [][]*fanoutv1.Event, exp *expectations) {
+func runSubmitters(t *testing.T, c *cluster, origins []int, reqs [][]*fanoutv1.Event, exp observer) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(origins))
@@ -162,6 +142,63 @@ func runSubmitters(t *testing.T, c *cluster, origins []int, reqs [][]*fanoutv1.E
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestFullStateTablePushesBack is what "a full inbox pushes back with BUSY" became
+// with the state table (SPEC §13: BUSY only where the state table cannot take a
+// write). C's table is bounded at 20 keys while A and B write 40 tasks, 25 updates
+// each, from two submitters each. C takes 20 keys, then answers BUSY for every new
+// key, so A and B count congestion for C and keep the refused events; the updates
+// of the 20 keys C holds still go through, and C's app gets each at its winner. No
+// stream sees a version go backwards. Restarted with a bigger bound, C gets the
+// refused keys from A's and B's retries, and the convergence checker passes.
+func TestFullStateTablePushesBack(t *testing.T) {
+	const tasks, bound = 40, 20
+	ss := specs(3, "--congestion-retry-delay=10ms")
+	ss[2].Flags = append(ss[2].Flags, fmt.Sprintf("--state-max-keys=%d", bound))
+	c := startCluster(t, ss...)
+	cv := watch(t, c)
+	l := newLedger()
+	runSubmitters(t, c, []int{0, 0, 1, 1}, updates("bound/", tasks, 25, 10), l)
+
+	for _, from := range []int{0, 1} {
+		eventually(t, convergeTimeout, c.node(from).spec.ID+" counts congestion for C", func() error {
+			p, err := c.node(from).peerStatus(2)
+			if err == nil && p.GetCongestion() == 0 {
+				err = fmt.Errorf("congestion 0, succeeded %d, pending %d", p.GetSucceeded(), p.GetPending())
+			}
+			return err
+		})
+	}
+	note := waitAtBound(t, c.node(2), "bound/", bound, bound, l)
+	held, err := getPrefix(c.node(2), "bound/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	winner, _ := l.snapshot()
+	heldWinners := make(map[string]expected, len(held))
+	for id := range held {
+		heldWinners[id] = winner[id]
+	}
+	waitLatest(t, convergeTimeout, heldWinners, cv.streams[2][0]) // C's app got them
+	// A and B converge meanwhile: C's bound holds nobody else up.
+	cv.wait(convergeTimeout, l, 0, 1)
+	for _, i := range []int{0, 1} {
+		if st, err := stateStatus(c.node(i)); err != nil || st.GetRefused() != 0 {
+			t.Errorf("node %s refused %d writes (%v), want 0", c.node(i).spec.ID, st.GetRefused(), err)
+		}
+	}
+
+	if code := c.node(2).stop(); code != 0 {
+		t.Errorf("C exited %d after SIGTERM, want 0", code)
+	}
+	c.node(2).setFlag("--state-max-keys", "1000")
+	start := time.Now()
+	cv.restart(2)
+	done := cv.wait(convergeTimeout, l, 0, 1, 2)
+	events, _ := l.count()
+	t.Logf("%d events over %d tasks; %s; restarted with a bigger bound, C had every winner %s after its restart began",
+		events, tasks, note, done.Sub(start).Round(time.Millisecond))
 }
 
 func filter(m map[string]expected, keep func(expected) bool) map[string]expected {
@@ -257,7 +294,8 @@ func TestPeerRestart(t *testing.T) {
 
 			start := time.Now()
 			c.node(1).restart()
-			recB := subscribe(t, c, 1, "")
+			// With a snapshot: what A resent before the app subscribed is in it.
+			recB := subscribeWith(t, c, 1, subOpts{snapshot: true})
 			at := waitLatest(t, convergeTimeout, want, recB)
 			checkAllMonotonic(t, recB, recC)
 			t.Logf("B had every task %s after its restart began", at.Sub(start).Round(time.Millisecond))

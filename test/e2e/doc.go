@@ -4,22 +4,38 @@
 //
 // The harness lives in the _test.go files next to the tests:
 //
-//   - main_test.go builds the binary (TestMain) and checks for leaked goroutines.
+//   - main_test.go builds the binary and internal/watcher (TestMain) and checks for
+//     leaked goroutines.
 //   - cluster_test.go starts N processes with free ports, waits for their health
-//     service, and stops, kills, signals and restarts them. A node's --peers entry can
-//     be routed through another address (a proxy) before the cluster starts.
-//   - recorder_test.go subscribes to a node and records every delivery, and checks
-//     that versions never go backwards and that the latest version per task_id is the
-//     expected one.
-//   - load_test.go generates events, submits them (Submit and SubmitStream) and keeps
-//     the expected latest version of every task_id from the responses.
+//     service, and stops, kills, signals and restarts them (with changed flags, if
+//     need be). A node's --peers entry can be routed through another address (a
+//     proxy) before the cluster starts.
+//   - recorder_test.go subscribes to a node (any SubscribeRequest: prefix, snapshot,
+//     from_revision, include_own, batches) and records every delivery with its
+//     revision, and checks what a stream promises: versions never go backwards,
+//     revisions rise, a snapshot is closed by one snapshot_complete, and the latest
+//     version per task_id is the expected one.
+//   - watcher_test.go runs internal/watcher, a Subscribe client in a process of its
+//     own, so that a test can freeze an app with SIGSTOP.
+//   - state_test.go reads a node's state table with Get and compares it with what
+//     the origins accepted.
+//   - load_test.go generates events, submits them (Submit and SubmitStream, back to
+//     back or paced) and keeps the expected latest state of every task_id from the
+//     responses (versions, and results: STALE and REFUSED events are nobody's state).
 //   - convergence_test.go is the convergence checker: a ledger of what every origin
 //     accepted, and the deliveries of every node across restarts and reconnects. It
-//     checks that every live node ends with the winning (version, origin) of every
-//     task, and that no Subscribe stream ever sees a version go backwards.
+//     checks that every live node's app and state table end with the winning
+//     (version, origin) of every task, and that no Subscribe stream ever sees a
+//     version go backwards.
 //   - faults_test.go is the fault matrix of docs/RELIABILITY.md: kill -9, SIGSTOP, a
-//     slow and cut link (an in-process toxiproxy), a full inbox, a killed origin and
-//     two origins on the same tasks, each during a paced load, then healed.
+//     slow and cut link (an in-process toxiproxy), a state table at its bound, an
+//     absent app, a killed origin and two origins on the same tasks, each during a
+//     paced load, then healed.
+//
+// The tests of the state table (SPEC §13) are watch_test.go (snapshot, resume,
+// prefixes, large batches), isolation_test.go (a frozen subscriber, a publish-only
+// node), lww_test.go (the highest version wins) and TestFullStateTablePushesBack in
+// delivery_test.go.
 //
 // Nothing waits with time.Sleep: every wait polls a condition with a deadline. (A
 // fault's duration, e.g. "stay SIGSTOPped for 3s", is a timer: it is the fault, not

@@ -56,7 +56,8 @@ func TestFaultMatrix(t *testing.T) {
 		{"kill9-defaults", func(t *testing.T) { testPeerKill(t, nil) }},
 		{"sigstop", testPeerFrozen},
 		{"slow-link", testSlowLink},
-		{"slow-subscriber", testSlowSubscriber},
+		{"state-full", testStateFull},
+		{"absent-app", testAbsentApp},
 		{"origin-kill9", testOriginKill},
 		{"two-origins", testTwoOrigins},
 	}
@@ -74,10 +75,7 @@ func testPeerKill(t *testing.T, flags []string) {
 		prefix: "kill9/",
 		inject: func(*load) { m.c.node(1).kill() },
 		hold:   func(*load) { m.waitBreaker(1, "open") },
-		heal: func() {
-			m.c.node(1).restart()
-			m.cv.resubscribe(1)
-		},
+		heal:   func() { m.cv.restart(1) },
 	})
 	if !slices.Contains(f.breaker, "closed→open") || f.counters.transient == 0 {
 		t.Errorf("A's breaker for killed B went %v with %s; want it to open on network failures", f.breaker, f.counters)
@@ -172,26 +170,67 @@ func testSlowLink(t *testing.T) {
 	m.report(base, f)
 }
 
-// testSlowSubscriber gives C a tiny inbox and takes its app away during the load: the
-// inbox fills, C answers BUSY, A backs off (its congestion counter rises) and holds
-// the events; once the app subscribes again, C catches up without losing any.
-func testSlowSubscriber(t *testing.T) {
+// testStateFull gives C a state table bounded at 300 keys: the baseline's 200 tasks
+// fit, the fault phase's 200 new ones do not. Once C is at its bound it answers BUSY
+// for every new key while updates of the keys it holds still go through (SPEC §13:
+// BUSY only where the state table cannot take a write); A backs off (its congestion
+// counter rises) and keeps the refused events. The heal restarts C with the default
+// bound: A's retries go through and every node converges.
+func testStateFull(t *testing.T) {
+	const bound = matrixTasks + matrixTasks/2
 	ss := specs(3, matrixFlags...)
-	ss[2].Flags = append(ss[2].Flags, "--inbox-capacity=50")
+	ss[2].Flags = append(ss[2].Flags, fmt.Sprintf("--state-max-keys=%d", bound))
 	m := newMatrix(t, 2, 1, ss...)
 	base := m.baseline()
+	var note string
 	f := m.faultPhase(fault{
-		prefix: "slowsub/",
-		inject: func(*load) { m.cv.disconnect(2) },
+		prefix: "statefull/",
 		hold: func(ld *load) {
 			ld.wait(t)
 			m.waitCongestion(2)
+			note = waitAtBound(t, m.c.node(2), "statefull/", bound, bound-matrixTasks, ld.ledger)
 		},
-		heal: func() { m.cv.resubscribe(2) },
+		heal: func() {
+			c := m.c.node(2)
+			if code := c.stop(); code != 0 {
+				t.Errorf("C exited %d after SIGTERM, want 0", code)
+			}
+			c.setFlag("--state-max-keys", "1000000")
+			m.cv.restart(2)
+		},
 	})
 	if f.counters.congestion == 0 {
-		t.Errorf("A counted no congestion for C with C's inbox full: %s", f.counters)
+		t.Errorf("A counted no congestion for C with C's state table full: %s", f.counters)
 	}
+	f.note = note
+	m.report(base, f)
+}
+
+// testAbsentApp takes C's app away at round 3 and brings it back after the load,
+// resuming from the last revision it received. C's state table keeps every change
+// meanwhile, so the app loses nothing, and A never sees BUSY from C: an absent app
+// never pushes back on peers (SPEC §13).
+func testAbsentApp(t *testing.T) {
+	m := newMatrix(t, 2, 1, specs(3, matrixFlags...)...)
+	base := m.baseline()
+	f := m.faultPhase(fault{
+		prefix: "absentapp/",
+		inject: func(*load) { m.cv.disconnect(2) },
+		hold:   func(ld *load) { ld.wait(t) },
+		heal:   func() { m.cv.resume(2) },
+	})
+	if f.counters.congestion != 0 {
+		t.Errorf("A counted congestion for C while C's app was away: %s", f.counters)
+	}
+	st, err := stateStatus(m.c.node(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetRefused() != 0 {
+		t.Errorf("C refused %d writes while its app was away, want 0", st.GetRefused())
+	}
+	rs := m.cv.streams[2]
+	f.note = fmt.Sprintf("the resumed stream (from revision %d) delivered %d entries", rs[len(rs)-1].opts.fromRevision, rs[len(rs)-1].count())
 	m.report(base, f)
 }
 
@@ -229,10 +268,7 @@ func testOriginKill(t *testing.T) {
 		t.Errorf("no task reached B but not C before the fresh round: %s", lost)
 	}
 
-	restart := time.Now()
-	m.c.node(0).restart()
-	restarted := time.Since(restart)
-	m.cv.resubscribe(0)
+	restarted := m.cv.restart(0)
 	fresh := startLoad(t, m.c, l, spec)
 	fresh.wait(t)
 	checkFreshWins(t, pre, l)
@@ -417,7 +453,7 @@ func (m *matrix) waitBreaker(i int, state string) {
 // waitCongestion waits until A has counted congestion for node i.
 func (m *matrix) waitCongestion(i int) {
 	m.t.Helper()
-	eventually(m.t, convergeTimeout, "A counts congestion for the full inbox", func() error {
+	eventually(m.t, convergeTimeout, "A counts congestion for "+m.c.node(i).spec.ID, func() error {
 		p, err := m.c.node(0).peerStatus(i)
 		if err == nil && p.GetCongestion() == 0 {
 			err = fmt.Errorf("congestion 0, succeeded %d, pending %d", p.GetSucceeded(), p.GetPending())
@@ -584,6 +620,7 @@ func addToxic(t *testing.T, p *toxiproxy.Proxy, spec string) {
 // and records what the origins accepted in a ledger. One goroutine per origin; the
 // first origin reports each round it completes.
 type load struct {
+	ledger *ledger // what the origins accepted
 	start  time.Time
 	rounds []chan struct{} // rounds[k] is closed once the first origin has submitted round k+1, or stopped
 	stop   chan struct{}   // closed by Cleanup: abandon the load
@@ -602,7 +639,7 @@ type loadSpec struct {
 }
 
 func startLoad(t *testing.T, c *cluster, l *ledger, spec loadSpec) *load {
-	ld := &load{start: time.Now(), stop: make(chan struct{})}
+	ld := &load{ledger: l, start: time.Now(), stop: make(chan struct{})}
 	for range matrixRounds {
 		ld.rounds = append(ld.rounds, make(chan struct{}))
 	}
@@ -682,7 +719,7 @@ func submitRound(cli fanoutv1.FanoutServiceClient, origin, prefix string, r, b i
 	if err != nil {
 		return fmt.Errorf("Submit round %d to %s: %w", r, origin, err)
 	}
-	return l.observe(origin, events, resp.GetVersions())
+	return l.observe(origin, events, resp)
 }
 
 func (ld *load) fail(err error) {

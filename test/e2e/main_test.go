@@ -13,6 +13,10 @@ import (
 // sidecarBin is the path of the sidecar binary that TestMain builds.
 var sidecarBin string
 
+// watcherBin is the path of internal/watcher, a Subscribe client in a process of its
+// own, that TestMain builds.
+var watcherBin string
+
 // sidecarRace reports whether the binary was built with -race (E2E_SIDECAR_RACE=1).
 var sidecarRace = os.Getenv("E2E_SIDECAR_RACE") == "1"
 
@@ -28,7 +32,12 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	sidecarBin = filepath.Join(dir, "sidecar")
-	if err := build(sidecarBin); err != nil {
+	if err := build(sidecarBin, "github.com/fanout/fanout/cmd/sidecar", sidecarRace); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	watcherBin = filepath.Join(dir, "watcher")
+	if err := build(watcherBin, "github.com/fanout/fanout/test/e2e/internal/watcher", false); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -43,12 +52,12 @@ func run(m *testing.M) int {
 	return 0
 }
 
-func build(out string) error {
+func build(out, pkg string, race bool) error {
 	args := []string{"build", "-o", out}
-	if sidecarRace {
+	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/fanout/fanout/cmd/sidecar")
+	args = append(args, pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

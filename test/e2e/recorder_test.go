@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // stamp is a version with the node that wrote it. Stamps order by (version, origin),
-// the last-writer-wins rule of SPEC §6.
+// the last-writer-wins rule of SPEC §6 and §13.
 type stamp struct {
 	Version uint64
 	Origin  string
@@ -25,15 +28,54 @@ func (s stamp) newerThan(o stamp) bool {
 
 func (s stamp) String() string { return fmt.Sprintf("(%d, %q)", s.Version, s.Origin) }
 
-// delivery is one event as a subscriber received it.
+// delivery is one entry as a subscriber received it.
 type delivery struct {
-	TaskID  string
-	Stamp   stamp
-	Payload []byte
-	At      time.Time // when Recv returned it
+	TaskID   string
+	Stamp    stamp
+	Payload  []byte
+	Deleted  bool      // a tombstone (Event.deleted)
+	Revision uint64    // the node's revision of the change
+	At       time.Time // when Recv returned it
 	// Submitted is when the origin accepted the event (SubscribeResponse.submitted_at);
 	// zero if the node did not say.
 	Submitted time.Time
+}
+
+// subOpts are the options of a SubscribeRequest (SPEC §13).
+type subOpts struct {
+	prefix        string
+	snapshot      bool   // list, then snapshot_complete, then watch
+	fromRevision  uint64 // resume after this revision
+	includeOwn    bool   // the node's own writes in the live part
+	maxBatch      uint32 // entries per response; 0 or 1: one
+	maxBatchBytes uint32 // bytes per response; 0: the node's default (1 MiB)
+}
+
+func (o subOpts) request() *fanoutv1.SubscribeRequest {
+	return &fanoutv1.SubscribeRequest{
+		TaskIdPrefix: o.prefix, Snapshot: o.snapshot, FromRevision: o.fromRevision,
+		IncludeOwn: o.includeOwn, MaxBatch: o.maxBatch, MaxBatchBytes: o.maxBatchBytes,
+	}
+}
+
+func (o subOpts) String() string {
+	s := fmt.Sprintf("prefix %q", o.prefix)
+	if o.snapshot {
+		s += ", snapshot"
+	}
+	if o.fromRevision > 0 {
+		s += fmt.Sprintf(", from revision %d", o.fromRevision)
+	}
+	if o.includeOwn {
+		s += ", own writes"
+	}
+	if o.maxBatch > 1 {
+		s += fmt.Sprintf(", batches of %d", o.maxBatch)
+	}
+	if o.maxBatchBytes > 0 {
+		s += fmt.Sprintf(", at most %d bytes", o.maxBatchBytes)
+	}
+	return s
 }
 
 // recorder is one open Subscribe stream on a node. A goroutine it owns receives every
@@ -41,30 +83,50 @@ type delivery struct {
 // stream and waits for the goroutine.
 type recorder struct {
 	name string
+	opts subOpts
 
 	mu     sync.Mutex
 	all    []delivery          // guarded by mu; in arrival order
 	latest map[string]delivery // guarded by mu; the last delivery per task_id
 	err    error               // guarded by mu; why the stream ended, once it has
+	// live is the index in all of the first delivery after snapshot_complete; -1
+	// until that marker arrives. Guarded by mu.
+	live    int
+	markers int // guarded by mu; snapshot_complete responses received
+	// msgs, maxMsgBytes and maxEntries describe the responses: how many, the largest
+	// encoded size, the most entries in one. Guarded by mu.
+	msgs, maxMsgBytes, maxEntries int
+	// violations are responses that break the shape of SubscribeResponse (an entry
+	// and a batch at once, a marker with an entry, an empty response). Guarded by mu.
+	violations []string
 
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the receiving goroutine has returned
 }
 
-// subscribe opens Subscribe(prefix) on node n of c and waits until the node counts
-// one more subscriber, so nothing submitted afterwards can miss it.
+// subscribe opens Subscribe(prefix), live changes only, on node n of c and waits
+// until the node counts one more subscriber, so nothing submitted afterwards can miss
+// it.
 func subscribe(t *testing.T, c *cluster, n int, prefix string) *recorder {
+	t.Helper()
+	return subscribeWith(t, c, n, subOpts{prefix: prefix})
+}
+
+// subscribeWith is subscribe with every option of the request.
+func subscribeWith(t *testing.T, c *cluster, n int, o subOpts) *recorder {
 	t.Helper()
 	before := subscribers(t, c.node(n))
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := c.client(n).Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: prefix})
+	stream, err := c.client(n).Subscribe(ctx, o.request())
 	if err != nil {
 		cancel()
 		t.Fatalf("Subscribe on node %d: %v", n, err)
 	}
 	r := &recorder{
-		name:   fmt.Sprintf("subscriber on %s (prefix %q)", c.node(n).spec.ID, prefix),
+		name:   fmt.Sprintf("subscriber on %s (%s)", c.node(n).spec.ID, o),
+		opts:   o,
 		latest: make(map[string]delivery),
+		live:   -1,
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
@@ -117,21 +179,70 @@ func (r *recorder) receive(stream fanoutv1.FanoutService_SubscribeClient) {
 			r.mu.Unlock()
 			return
 		}
-		ev := resp.GetEvent()
-		d := delivery{
-			TaskID:  ev.GetTaskId(),
-			Stamp:   stamp{Version: ev.GetVersion(), Origin: resp.GetOriginNode()},
-			Payload: ev.GetPayload(),
-			At:      time.Now(),
+		r.record(resp, time.Now())
+	}
+}
+
+// record adds the entries of one response, received at, to what r recorded.
+func (r *recorder) record(resp *fanoutv1.SubscribeResponse, at time.Time) {
+	var ds []delivery
+	var violation string
+	single := resp.GetEvent() != nil
+	switch {
+	case resp.GetSnapshotComplete() && (single || len(resp.GetBatch()) > 0):
+		violation = "snapshot_complete with an entry"
+	case single && len(resp.GetBatch()) > 0:
+		violation = "both an event and a batch"
+	case !resp.GetSnapshotComplete() && !single && len(resp.GetBatch()) == 0:
+		violation = "an empty response"
+	case single:
+		ds = append(ds, newDelivery(resp.GetEvent(), resp.GetOriginNode(), resp.GetSubmittedAt(), resp.GetRevision(), at))
+	}
+	for _, e := range resp.GetBatch() {
+		if e.GetEvent() == nil {
+			violation = "a batch entry without an event"
+			continue
 		}
-		if ts := resp.GetSubmittedAt(); ts != nil {
-			d.Submitted = ts.AsTime()
+		ds = append(ds, newDelivery(e.GetEvent(), e.GetOriginNode(), e.GetSubmittedAt(), e.GetRevision(), at))
+	}
+	r.add(ds, resp.GetSnapshotComplete(), proto.Size(resp), violation)
+}
+
+// add records one response: its deliveries, whether it was snapshot_complete, its
+// encoded size, and what was wrong with its shape ("" if nothing).
+func (r *recorder) add(ds []delivery, marker bool, size int, violation string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs++
+	r.maxMsgBytes = max(r.maxMsgBytes, size)
+	r.maxEntries = max(r.maxEntries, len(ds))
+	if violation != "" {
+		r.violations = append(r.violations, fmt.Sprintf("response #%d: %s", r.msgs, violation))
+	}
+	if marker {
+		if r.markers++; r.markers == 1 {
+			r.live = len(r.all)
 		}
-		r.mu.Lock()
+	}
+	for _, d := range ds {
 		r.all = append(r.all, d)
 		r.latest[d.TaskID] = d
-		r.mu.Unlock()
 	}
+}
+
+func newDelivery(ev *fanoutv1.Event, origin string, submitted *timestamppb.Timestamp, revision uint64, at time.Time) delivery {
+	d := delivery{
+		TaskID:   ev.GetTaskId(),
+		Stamp:    stamp{Version: ev.GetVersion(), Origin: origin},
+		Payload:  ev.GetPayload(),
+		Deleted:  ev.GetDeleted(),
+		Revision: revision,
+		At:       at,
+	}
+	if submitted != nil {
+		d.Submitted = submitted.AsTime()
+	}
+	return d
 }
 
 // deliveries returns a copy of everything received so far, in order.
@@ -148,13 +259,31 @@ func (r *recorder) count() int {
 	return len(r.all)
 }
 
-// checkMonotonic returns an error naming the first delivery whose stamp is not newer
-// than the previous delivery of the same task_id at this subscriber (SPEC §6: versions
-// never go backwards, and a duplicate is never delivered).
+// checkMonotonic returns an error naming the first delivery that breaks what one
+// stream promises (SPEC §6, §13):
+//   - a task's stamp is newer than its previous delivery on the stream: versions never
+//     go backwards, and nothing is delivered twice;
+//   - every entry carries a revision; the live part (all of a stream without a
+//     snapshot, or what follows snapshot_complete) has strictly rising revisions,
+//     each above every snapshot entry's, so that resuming from the last revision seen
+//     can neither skip nor repeat a change;
+//   - a snapshot holds each task once and no tombstone, and ends with one
+//     snapshot_complete; a stream without a snapshot has no such marker;
+//   - every response has one shape: one entry, a batch, or the bare marker.
 func (r *recorder) checkMonotonic() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.violations) > 0 {
+		return fmt.Errorf("%s: %d malformed responses; first: %s", r.name, len(r.violations), r.violations[0])
+	}
+	switch {
+	case !r.opts.snapshot && r.markers > 0:
+		return fmt.Errorf("%s: snapshot_complete on a stream without snapshot", r.name)
+	case r.markers > 1:
+		return fmt.Errorf("%s: %d snapshot_complete markers, want one", r.name, r.markers)
+	}
 	prev := make(map[string]stamp, len(r.latest))
+	var snapMax, last uint64
 	for i, d := range r.all {
 		if p, ok := prev[d.TaskID]; ok && !d.Stamp.newerThan(p) {
 			what := "went backwards"
@@ -163,9 +292,90 @@ func (r *recorder) checkMonotonic() error {
 			}
 			return fmt.Errorf("%s: task %q %s: delivery #%d has %s after %s", r.name, d.TaskID, what, i, d.Stamp, p)
 		}
+		inSnapshot := r.opts.snapshot && (r.live < 0 || i < r.live)
+		switch {
+		case d.Revision == 0:
+			return fmt.Errorf("%s: delivery #%d (task %q) has no revision", r.name, i, d.TaskID)
+		case inSnapshot && d.Deleted:
+			return fmt.Errorf("%s: the snapshot holds tombstone %q at %s", r.name, d.TaskID, d.Stamp)
+		case inSnapshot:
+			snapMax = max(snapMax, d.Revision)
+		case d.Revision <= max(last, snapMax):
+			return fmt.Errorf("%s: delivery #%d (task %q) has revision %d after revision %d (snapshot up to %d): revisions must rise",
+				r.name, i, d.TaskID, d.Revision, last, snapMax)
+		default:
+			last = d.Revision
+		}
 		prev[d.TaskID] = d.Stamp
 	}
 	return nil
+}
+
+// lastRevision is the revision of the last delivery, the point to resume from; 0 if
+// nothing was delivered.
+func (r *recorder) lastRevision() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var rev uint64
+	for _, d := range r.all {
+		rev = max(rev, d.Revision)
+	}
+	return rev
+}
+
+// snapshotPart returns the deliveries before snapshot_complete and whether the
+// marker has arrived.
+func (r *recorder) snapshotPart() ([]delivery, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live < 0 {
+		return slices.Clone(r.all), false
+	}
+	return slices.Clone(r.all[:r.live]), true
+}
+
+// livePart returns the deliveries after snapshot_complete (all of them on a stream
+// without snapshot).
+func (r *recorder) livePart() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.opts.snapshot {
+		return slices.Clone(r.all)
+	}
+	if r.live < 0 {
+		return nil
+	}
+	return slices.Clone(r.all[r.live:])
+}
+
+// waitSnapshot waits until the stream has received snapshot_complete and returns the
+// snapshot.
+func (r *recorder) waitSnapshot(t *testing.T, timeout time.Duration) []delivery {
+	t.Helper()
+	var snap []delivery
+	eventually(t, timeout, r.name+" snapshot complete", func() error {
+		var done bool
+		if snap, done = r.snapshotPart(); !done {
+			return fmt.Errorf("%d entries so far, no snapshot_complete (stream: %v)", len(snap), r.streamErr())
+		}
+		return nil
+	})
+	return snap
+}
+
+// streamErr is why the stream ended, or nil while it is open.
+func (r *recorder) streamErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// shape returns how many responses arrived, the largest encoded size of one and the
+// most entries in one.
+func (r *recorder) shape() (msgs, maxBytes, maxEntries int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.msgs, r.maxMsgBytes, r.maxEntries
 }
 
 // checkLatest compares the last delivery of each task_id with want. It returns an
@@ -179,7 +389,7 @@ func (r *recorder) checkLatest(want map[string]expected) error {
 	r.mu.Lock()
 	for id, w := range want {
 		got, ok := r.latest[id]
-		if ok && got.Stamp == w.Stamp && (w.Payload == nil || bytes.Equal(got.Payload, w.Payload)) {
+		if ok && got.Stamp == w.Stamp && got.Deleted == w.Deleted && (w.Payload == nil || bytes.Equal(got.Payload, w.Payload)) {
 			continue
 		}
 		if bad == 0 || id < first {
@@ -200,6 +410,8 @@ func (r *recorder) checkLatest(want map[string]expected) error {
 		problem = fmt.Sprintf("task %q never arrived (want %s)", first, w.Stamp)
 	case got.Stamp != w.Stamp:
 		problem = fmt.Sprintf("task %q is at %s, want %s", first, got.Stamp, w.Stamp)
+	case got.Deleted != w.Deleted:
+		problem = fmt.Sprintf("task %q at %s has deleted=%t, want %t", first, got.Stamp, got.Deleted, w.Deleted)
 	default:
 		problem = fmt.Sprintf("task %q at %s has payload %q, want %q", first, got.Stamp, got.Payload, w.Payload)
 	}
@@ -250,5 +462,38 @@ func checkAllMonotonic(t *testing.T, rs ...*recorder) {
 		if err := r.checkMonotonic(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// checkSnapshot fails the test unless snap, the snapshot part of a stream, holds
+// every task of want that is not deleted, each once, at its winner, and nothing else.
+func checkSnapshot(t *testing.T, name string, snap []delivery, want map[string]expected) {
+	t.Helper()
+	seen := make(map[string]delivery, len(snap))
+	var problems []string
+	for _, d := range snap {
+		if _, dup := seen[d.TaskID]; dup {
+			problems = append(problems, fmt.Sprintf("task %q twice", d.TaskID))
+		}
+		seen[d.TaskID] = d
+		w, ok := want[d.TaskID]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("task %q (at %s) was never accepted under this prefix", d.TaskID, d.Stamp))
+		case w.Deleted:
+			problems = append(problems, fmt.Sprintf("task %q at %s, want it omitted (deleted at %s)", d.TaskID, d.Stamp, w.Stamp))
+		case d.Stamp != w.Stamp || d.Deleted:
+			problems = append(problems, fmt.Sprintf("task %q at %s (deleted=%t), want %s", d.TaskID, d.Stamp, d.Deleted, w.Stamp))
+		case w.Payload != nil && !bytes.Equal(d.Payload, w.Payload):
+			problems = append(problems, fmt.Sprintf("task %q at %s has payload %.40q, want %.40q", d.TaskID, d.Stamp, d.Payload, w.Payload))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := seen[id]; !ok && !want[id].Deleted {
+			problems = append(problems, fmt.Sprintf("task %q missing (want %s)", id, want[id].Stamp))
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("%s: the snapshot of %d entries is wrong in %d places; first: %s", name, len(snap), len(problems), problems[0])
 	}
 }
