@@ -43,6 +43,9 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc.Logger = n.log.With("peer", addr)
 	bc.OnFinal = func(t *batcher.Task[*fanoutv1.Event], f batcher.Fate) { n.acks.final(addr, t, f) }
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
+	// Coalescing keeps the highest version, never the latest arrival: every task of
+	// this batcher has this node as its origin, so the version alone decides.
+	bc.Newer = func(a, b *batcher.Task[*fanoutv1.Event]) bool { return a.Value.GetVersion() > b.Value.GetVersion() }
 	b, err := batcher.New(bc, l)
 	if err != nil {
 		conn.Close()

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -403,4 +405,53 @@ func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
 	}
 	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: []byte{0xff, 0xff}}, &resp)
 	wantInvalid(t, err, "request")
+}
+
+// TestLinkCoalescesToTheHighestVersion: a peer's batcher keeps the highest version of a
+// task, not the latest arrival. With k@1 held in flight, k@1000 then k@500 arrive;
+// the peer then receives k@1000 and never k@500.
+func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
+	fake := peers.NewFakeNetwork()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var got []uint64
+	fake.Handle("b", func(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		mu.Lock()
+		first := len(got) == 0
+		for _, ev := range req.Events {
+			got = append(got, ev.Version)
+		}
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		st := make([]fanoutv1.ItemStatus, len(req.Events))
+		for i := range st {
+			st[i] = fanoutv1.ItemStatus_ITEM_STATUS_OK
+		}
+		return &fanoutv1.ReplicateResponse{NodeId: "b", Statuses: st}, nil
+	})
+	cfg := testConfig("a", "b")
+	cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
+	tn := startTestNode(t, cfg)
+	l := (*tn.node.links.Load())[0]
+	offer := func(v uint64) {
+		t.Helper()
+		task := batcher.Task[*fanoutv1.Event]{ID: "k", Value: &fanoutv1.Event{TaskId: "k", Version: v}, Submitted: time.Now()}
+		if err := l.b.Offer(context.Background(), []batcher.Task[*fanoutv1.Event]{task}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offer(1)
+	waitFor(t, "k@1 in flight", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	offer(1000)
+	offer(500)
+	waitFor(t, "k@500 dropped as overridden", func() bool { return l.b.Stats().Overridden == 1 })
+	close(release)
+	waitFor(t, "the second batch", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got[1] != 1000 {
+		t.Fatalf("the peer received versions %v, want [1 1000]", got)
+	}
 }
