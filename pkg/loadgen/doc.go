@@ -13,8 +13,8 @@
 // Subscribers. One Subscribe stream opens on every node but the first, filtered to
 // the run's task_id prefix (Config.Prefix, unique per run, so that leftovers of an
 // earlier run or other traffic are not counted). Run waits until each node's
-// GetStatus counts the new subscriber: an event published earlier could otherwise
-// sit in the inbox and arrive late, or reach nobody.
+// GetStatus counts the new subscriber: a stream follows changes from the moment it is
+// counted, so an event published earlier would not reach it.
 //
 // The clock. All offsets are from one epoch read with Config.Now, using its monotonic
 // reading. Publishing starts at window.start; events stamped before
