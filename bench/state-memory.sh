@@ -6,7 +6,8 @@
 #   rss_loaded   right after the load (and VmHWM, the peak)
 #   rss_gc       after a forced GC (/debug/pprof/heap?gc=1, whose profile is kept)
 #   rss_10s      10 s later (the scavenger returns freed pages over time)
-# and prints one JSON line with the Go heap and the table's gauges from /metrics.
+# and prints one JSON line with the Go heap and the table's gauges from /metrics (also
+# appended to $OUT/state-memory.jsonl).
 # The node inherits the environment: GOGC=50 or GOMEMLIMIT=200MiB bash bench/state-memory.sh.
 #   KEYS (1000000), PAYLOAD (100), OUT (bench/results: the heap profile goes there)
 set -euo pipefail
@@ -43,6 +44,7 @@ curl -sf -o "$metrics" "http://$admin/metrics"
 sleep 10
 rss_10s=$(mib "$pid" VmRSS) hwm=$(mib "$pid" VmHWM)
 
+{
 printf '{"when":"%s","gogc":"%s","gomemlimit":"%s","load":%s,"rss_loaded_mib":%d,"rss_gc_mib":%d,"rss_10s_mib":%d,"hwm_mib":%d,' \
   "$stamp" "${GOGC:-}" "${GOMEMLIMIT:-}" "$load" "$rss_loaded" "$rss_gc" "$rss_10s" "$hwm"
 printf '"heap_alloc_mib":%d,"heap_inuse_mib":%d,"heap_sys_mib":%d,"heap_released_mib":%d,"heap_objects":%d,"next_gc_mib":%d,' \
@@ -52,3 +54,4 @@ printf '"heap_alloc_mib":%d,"heap_inuse_mib":%d,"heap_sys_mib":%d,"heap_released
 printf '"state_keys":%d,"state_bytes_mib":%d,"state_arena_mib":%d,"heap_profile":"%s"}\n' \
   "$(metric 'fanout_state{gauge="keys"}')" $(( $(metric 'fanout_state{gauge="bytes"}') >> 20 )) \
   $(( $(metric 'fanout_state{gauge="arena_bytes"}') >> 20 )) "$heap"
+} | tee -a "$OUT/state-memory.jsonl"
