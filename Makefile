@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory fuzz clean
+.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory fuzz clean
 
 all: build
 
@@ -58,6 +58,10 @@ bench-compare:
 ## bench-memory: RSS of an idle node and of one holding 2 x 10,000 pending events (~30 s)
 bench-memory:
 	bash bench/memory.sh
+
+## bench-state-memory: RSS of a node holding 1M keys of 100-byte payloads (~1 min)
+bench-state-memory:
+	bash bench/state-memory.sh
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

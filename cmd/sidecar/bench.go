@@ -68,7 +68,7 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured time, after the warmup")
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time published before the measurement; its events are not measured")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "events/s offered across all publishers, open loop (0: as fast as the pipeline takes them)")
-	fs.IntVar(&c.Keys, "keys", c.Keys, "distinct task_ids cycled over (0: every event unique); > 0 also measures convergence")
+	fs.IntVar(&c.Keys, "keys", c.Keys, "distinct task_ids cycled over (0: unique events, a task_id recurring only after 500,000 others, so nothing coalesces and no state table fills); > 0 also measures convergence")
 	fs.IntVar(&c.Payload, "payload", c.Payload, "payload bytes per event (the first 8 carry the send time)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "events per SubmitRequest")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "after the last submit, wait at most this long for the subscribers to catch up")

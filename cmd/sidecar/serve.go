@@ -63,7 +63,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
 	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call; a slower peer counts as congested")
 	fs.IntVar(&c.State.MaxKeys, "state-max-keys", c.State.MaxKeys, "keys the state table holds, deleted ones included; at the bound a new key is refused (REFUSED to the app, BUSY to peers) and counted")
-	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~100 bytes per key on top)")
+	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~130 bytes per key on top, docs/BENCHMARKS.md)")
 	fs.DurationVar(&c.State.TombstoneTTL, "tombstone-ttl", c.State.TombstoneTTL, "how long a deleted key is remembered; a write older than the delete that arrives later than this brings the key back")
 	fs.Uint32Var(&c.Breaker.Failures, "breaker-failures", c.Breaker.Failures, "consecutive network failures that open a peer's circuit breaker")
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")

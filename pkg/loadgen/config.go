@@ -47,8 +47,9 @@ type Config struct {
 	// as fast as the pipeline takes requests. 10000: a load a 2-core machine carries
 	// without saturating, so the latency measured is the sidecar's, not a queue's.
 	Rate int
-	// Keys is the number of distinct task_ids (--keys). 0 makes every event unique (no
-	// coalescing); > 0 cycles over that many hot keys and measures convergence.
+	// Keys is the number of distinct task_ids (--keys). 0 makes events unique within a
+	// window of 500,000 task_ids (no coalescing; a node's state table never fills);
+	// > 0 cycles over that many hot keys and measures convergence.
 	Keys int
 	// Payload is the payload size in bytes (--payload). The first 8 bytes carry the
 	// send time when Payload >= 8. 100: a small state update.

@@ -33,13 +33,21 @@ func keyIndex(seq int64, publisher, publishers, keys int) int {
 	return int((seq*int64(publishers) + int64(publisher)) % int64(keys))
 }
 
+// uniqueWindow bounds the distinct task_ids of a run without hot keys, over all
+// publishers: a publisher's seq-th event is "p<publisher>-<seq mod its share>". A key
+// comes back only after ~500,000 others, far more than any batcher holds (10,000 per
+// peer), so nothing coalesces; and the nodes' state tables (1,000,000 keys by default)
+// never fill, however long the run.
+const uniqueWindow = 500_000
+
 // taskID names an event. Hot keys are prefix+"k<index>"; unique events are
-// prefix+"p<publisher>-<seq>".
+// prefix+"p<publisher>-<seq mod uniqueWindow/publishers>".
 func taskID(prefix string, keys int, seq int64, publisher, publishers int) string {
 	if keys > 0 {
 		return prefix + "k" + strconv.Itoa(keyIndex(seq, publisher, publishers, keys))
 	}
-	return prefix + "p" + strconv.Itoa(publisher) + "-" + strconv.FormatInt(seq, 10)
+	share := int64(max(1, uniqueWindow/publishers))
+	return prefix + "p" + strconv.Itoa(publisher) + "-" + strconv.FormatInt(seq%share, 10)
 }
 
 // parseKey returns the hot-key index of a task_id made by taskID, or false.

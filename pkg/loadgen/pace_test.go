@@ -84,6 +84,7 @@ func TestTaskIDAndParseKey(t *testing.T) {
 		{"hot key", 100, 205, 0, 1, "bench/1f/k5", 5, true},
 		{"hot key, second of three publishers", 100, 205, 1, 3, "bench/1f/k16", 16, true},
 		{"unique", 0, 42, 2, 3, "bench/1f/p2-42", 0, false},
+		{"unique keys recycle past the window", 0, uniqueWindow/4 + 7, 1, 4, "bench/1f/p1-7", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := taskID(prefix, tc.keys, tc.seq, tc.pub, tc.pubs)

@@ -65,7 +65,10 @@ type publisher struct {
 	// accepted and measured count the events the node accepted, in all and of those
 	// sent in the measured window. lastSend is the offset just after the last Send.
 	accepted, measured atomic.Uint64
-	lastSend           atomic.Int64
+	// notAccepted counts the events the node answered STALE or REFUSED (a full
+	// state table): they are not sent, so no subscriber waits for them.
+	notAccepted atomic.Uint64
+	lastSend    atomic.Int64
 
 	mu       sync.Mutex
 	inflight map[uint64]sentRequest // guarded by mu; len <= cfg.Pipeline
@@ -198,9 +201,16 @@ func (p *publisher) accept(resp *fanoutv1.SubmitResponse) error {
 	if len(resp.GetVersions()) != sr.n {
 		return fmt.Errorf("request_id %d: %d versions for %d events", resp.GetRequestId(), len(resp.GetVersions()), sr.n)
 	}
-	p.accepted.Add(uint64(sr.n))
+	n := uint64(sr.n)
+	for _, r := range resp.GetResults() {
+		if r.GetOutcome() != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED {
+			n--
+		}
+	}
+	p.notAccepted.Add(uint64(sr.n) - n)
+	p.accepted.Add(n)
 	if sr.stamp >= p.win.measureFrom {
-		p.measured.Add(uint64(sr.n))
+		p.measured.Add(n)
 	}
 	if p.latest != nil {
 		for i, v := range resp.GetVersions() {

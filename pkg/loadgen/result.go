@@ -41,6 +41,9 @@ type Result struct {
 	WireEvents uint64 `json:"wire_events"`
 	Dropped    uint64 `json:"dropped"`
 	Retried    uint64 `json:"retried"`
+	// NotAccepted counts the events the first node did not accept (STALE, or
+	// REFUSED at a state table bound), over the whole run. They are not in Submitted.
+	NotAccepted uint64 `json:"not_accepted"`
 
 	// ConvergeMs is, with --keys > 0, the time from the last submit until every
 	// subscriber held the latest version of every key; Converged is false if the
@@ -110,6 +113,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	tw.Flush()
 	fmt.Fprintf(&b, "\nsubmitted %d (%.0f/s)   latency from %s   bench cpu %.2f s\n", r.Submitted, r.SubmitPerSec, r.LatencyFrom, r.BenchCPUSeconds)
 	fmt.Fprintf(&b, "first node's peers: coalesced %d   wire events %d   retried %d   dropped %d\n", r.Coalesced, r.WireEvents, r.Retried, r.Dropped)
+	if r.NotAccepted > 0 {
+		fmt.Fprintf(&b, "not accepted by the first node: %d events (STALE, or REFUSED at --state-max-keys/--state-max-bytes)\n", r.NotAccepted)
+	}
 	r.writeConvergence(&b)
 	r.writeNodes(&b)
 	_, err := io.WriteString(w, b.String())

@@ -28,6 +28,7 @@ func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 	}
 	for _, p := range b.pubs {
 		r.Submitted += p.measured.Load()
+		r.NotAccepted += p.notAccepted.Load()
 	}
 	r.Latency = summarize(all)
 	r.SubmitPerSec = perSecond(r.Submitted, b.publishWindow(m))

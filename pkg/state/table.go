@@ -26,8 +26,9 @@ type Config struct {
 // DefaultConfig returns the defaults of the sidecar's flags, each with its reason.
 func DefaultConfig() Config {
 	return Config{
-		// The version table this replaces remembered 1,000,000 task_ids; a million
-		// keys of ~130 event bytes take ~250 MiB (docs/BENCHMARKS.md).
+		// The version table this replaces remembered 1,000,000 task_ids. A million
+		// keys of ~140 event bytes are a 260 MiB heap, ~390 MiB RSS with GOGC=100
+		// (docs/BENCHMARKS.md).
 		MaxKeys: 1_000_000,
 		// 512 MiB of event bytes: a million keys of ~500 bytes. Above it a sidecar
 		// is no longer a small process next to its app.
