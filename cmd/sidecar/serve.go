@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,8 @@ type serveOptions struct {
 	shutdownTimeout              time.Duration
 	logLevel                     string
 	gomaxprocs                   int
+	memoryLimit                  string
+	memoryNote                   string // what --memory-limit decided, for the startup log
 	node                         fanout.Config
 }
 
@@ -36,6 +39,7 @@ func defaultServeOptions() serveOptions {
 		shutdownTimeout: 10 * time.Second,
 		logLevel:        "info",
 		gomaxprocs:      1,
+		memoryLimit:     "auto",
 		node:            fanout.DefaultConfig(),
 	}
 }
@@ -52,6 +56,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", o.gomaxprocs, "OS threads running Go code at once (1: a sidecar shares its pod's CPU with the app, and one keeps Go's scheduler from spinning idle threads: -19% CPU per event at 10k events/s, docs/BENCHMARKS.md; 0: Go's default, every CPU or the cgroup limit; the GOMAXPROCS variable applies when this flag is not given)")
+	fs.StringVar(&o.memoryLimit, "memory-limit", o.memoryLimit, "Go's soft heap limit, e.g. 240MiB: the GC works harder as the heap nears it instead of letting it grow to twice its live size (auto: GOMEMLIMIT if set, else 90% of the container's cgroup limit, else none; off: none)")
 	b := &c.Batcher
 	fs.IntVar(&b.MaxBuffer, "max-buffer", b.MaxBuffer, "pending events per peer before the oldest is evicted (Eureka's maxElementsInPeerReplicationPool)")
 	fs.IntVar(&b.MaxBatch, "max-batch", b.MaxBatch, "events per Replicate call (Eureka's BATCH_SIZE)")
@@ -63,7 +68,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
 	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call; a slower peer counts as congested")
 	fs.IntVar(&c.State.MaxKeys, "state-max-keys", c.State.MaxKeys, "keys the state table holds, deleted ones included; at the bound a new key is refused (REFUSED to the app, BUSY to peers) and counted")
-	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~130 bytes per key on top, docs/BENCHMARKS.md)")
+	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~105 bytes per key on top, docs/BENCHMARKS.md)")
 	fs.DurationVar(&c.State.TombstoneTTL, "tombstone-ttl", c.State.TombstoneTTL, "how long a deleted key is remembered; a write older than the delete that arrives later than this brings the key back")
 	fs.Uint32Var(&c.Breaker.Failures, "breaker-failures", c.Breaker.Failures, "consecutive network failures that open a peer's circuit breaker")
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
@@ -81,6 +86,14 @@ func newServeCmd() *cobra.Command {
 			if err := setProcs(o.gomaxprocs, cmd.Flags().Changed("gomaxprocs"), os.Getenv("GOMAXPROCS")); err != nil {
 				return err
 			}
+			limit, note, err := memoryLimit(o.memoryLimit, os.Getenv("GOMEMLIMIT"), readFile)
+			if err != nil {
+				return err
+			}
+			if limit >= 0 {
+				debug.SetMemoryLimit(limit)
+			}
+			o.memoryNote = note
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return runServe(ctx, o)
@@ -118,6 +131,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.memoryNote != "" {
+		log.Info(o.memoryNote)
+	}
 	list, err := peers.ParseList(o.peers)
 	if err != nil {
 		return err

@@ -36,10 +36,10 @@
 //
 // # Memory
 //
-// An entry is a 72-byte struct without pointers in 4096-entry pages, its origin an
-// interned id (origins.go); the index is a map of 64-bit hashes to entry numbers,
-// with collisions chained through the entries. So a million keys are a few thousand
-// objects for the garbage collector. docs/BENCHMARKS.md has the figures.
+// An entry is a 56-byte struct without pointers in 4096-entry pages, its origin an
+// interned id (origins.go); the index (index.go) is open addressing over two
+// pointer-free arrays of entry numbers and key hashes. So a million keys are a few
+// thousand objects for the garbage collector. docs/BENCHMARKS.md has the figures.
 //
 // One mutex guards the table. Every call holds it for a bounded step: one write, one
 // read, one scan step of at most 4096 log slots, one compaction of a 1024-slot chunk

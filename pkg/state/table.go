@@ -27,8 +27,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		// The version table this replaces remembered 1,000,000 task_ids. A million
-		// keys of ~140 event bytes are a 260 MiB heap, ~390 MiB RSS with GOGC=100
-		// (docs/BENCHMARKS.md).
+		// keys of ~140 event bytes are a 231 MiB heap (docs/BENCHMARKS.md).
 		MaxKeys: 1_000_000,
 		// 512 MiB of event bytes: a million keys of ~500 bytes. Above it a sidecar
 		// is no longer a small process next to its app.
@@ -123,13 +122,12 @@ type Stats struct {
 	Collected          uint64 // tombstones removed after TombstoneTTL
 }
 
-// none marks "no entry" in index chains.
+// none marks "no entry".
 const none = ^uint32(0)
 
 // entry is one key's state. It holds no pointer: a million entries cost the garbage
-// collector nothing to scan.
+// collector nothing to scan. 56 bytes.
 type entry struct {
-	hash      uint64
 	version   uint64
 	rev       uint64 // 0 while the entry is free
 	submitted int64
@@ -138,7 +136,6 @@ type entry struct {
 	keyOff    uint32 // the key's offset in Raw
 	keyLen    uint32
 	origin    uint32 // in origins
-	same      uint32 // next entry with the same hash, or none
 	chunk     uint32 // the revision log chunk of rev
 	deleted   bool
 }
@@ -162,7 +159,7 @@ type Table struct {
 	hash func(key []byte) uint64 // maphash with a seed of the table's own
 
 	mu       sync.Mutex
-	index    map[uint64]uint32 // guarded by mu: hash -> first entry of its chain
+	index    index // guarded by mu: key hash -> entry
 	pages    []*[pageSize]entry
 	nents    uint32   // entries ever allocated (free ones included)
 	freeEnts []uint32 // guarded by mu: entries to reuse
@@ -190,7 +187,6 @@ func New(cfg Config) (*Table, error) {
 	t := &Table{
 		cfg:     cfg,
 		hash:    hasher(maphash.MakeSeed()),
-		index:   make(map[uint64]uint32),
 		arena:   newArena(),
 		origins: newOrigins(),
 		rev:     cfg.FirstRevision,
@@ -210,16 +206,7 @@ func (t *Table) ent(i uint32) *entry { return &t.pages[i>>pageBits][i&(pageSize-
 
 // find returns the entry of key, or none. Caller holds mu.
 func (t *Table) find(h uint64, key []byte) uint32 {
-	i, ok := t.index[h]
-	if !ok {
-		return none
-	}
-	for ; i != none; i = t.ent(i).same {
-		if string(t.keyOf(t.ent(i))) == string(key) {
-			return i
-		}
-	}
-	return none
+	return t.index.find(h, func(i uint32) bool { return string(t.keyOf(t.ent(i))) == string(key) })
 }
 
 func (t *Table) keyOf(e *entry) []byte {
@@ -280,7 +267,7 @@ func (t *Table) fits(old *entry, size int) bool {
 	return (old != nil || t.st.Keys < t.cfg.MaxKeys) && t.st.Bytes+grow <= t.cfg.MaxBytes
 }
 
-// newEntry allocates an entry for hash h and chains it in the index.
+// newEntry allocates an entry for hash h and puts it in the index.
 func (t *Table) newEntry(h uint64) uint32 {
 	var i uint32
 	if n := len(t.freeEnts); n > 0 {
@@ -293,12 +280,8 @@ func (t *Table) newEntry(h uint64) uint32 {
 		i = t.nents
 		t.nents++
 	}
-	e := t.ent(i)
-	*e = entry{hash: h, same: none}
-	if first, ok := t.index[h]; ok {
-		e.same = first
-	}
-	t.index[h] = i
+	*t.ent(i) = entry{}
+	t.index.insert(h, i)
 	t.st.Keys++
 	return i
 }
@@ -347,22 +330,9 @@ func (t *Table) unset(i uint32) {
 
 // remove takes entry i out of the table.
 func (t *Table) remove(i uint32) {
+	t.index.remove(t.hash(t.keyOf(t.ent(i))), i) // before unset: the key is in its record
 	t.unset(i)
-	e := t.ent(i)
-	if first := t.index[e.hash]; first == i {
-		if e.same == none {
-			delete(t.index, e.hash)
-		} else {
-			t.index[e.hash] = e.same
-		}
-	} else {
-		p := t.ent(first)
-		for p.same != i {
-			p = t.ent(p.same)
-		}
-		p.same = e.same
-	}
-	*e = entry{}
+	*t.ent(i) = entry{}
 	t.freeEnts = append(t.freeEnts, i)
 	t.st.Keys--
 }
