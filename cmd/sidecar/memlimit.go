@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -68,6 +67,3 @@ func parseSize(s string) (int64, error) {
 	}
 	return 0, fmt.Errorf("no unit")
 }
-
-// readFile is os.ReadFile; memoryLimit takes it as a parameter for its tests.
-func readFile(name string) ([]byte, error) { return os.ReadFile(name) }

@@ -86,7 +86,7 @@ func newServeCmd() *cobra.Command {
 			if err := setProcs(o.gomaxprocs, cmd.Flags().Changed("gomaxprocs"), os.Getenv("GOMAXPROCS")); err != nil {
 				return err
 			}
-			limit, note, err := memoryLimit(o.memoryLimit, os.Getenv("GOMEMLIMIT"), readFile)
+			limit, note, err := memoryLimit(o.memoryLimit, os.Getenv("GOMEMLIMIT"), os.ReadFile)
 			if err != nil {
 				return err
 			}

@@ -43,16 +43,17 @@ func newAckLedger(purg *purgatory.Purgatory[ackKey]) *ackLedger {
 	return &ackLedger{purg: purg, waiters: make(map[ackKey][]ackWaiter)}
 }
 
-// register adds op's waiters, one per (peer, event) of peers that can still answer.
-func (l *ackLedger) register(op *ackOp, events []*fanoutv1.Event) []ackKey {
-	keys := make([]ackKey, 0, len(op.peers)*len(events))
+// register adds op's waiters, one per (peer, task) of peers that can still answer.
+func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[*fanoutv1.Event]) []ackKey {
+	keys := make([]ackKey, 0, len(op.peers)*len(tasks))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, p := range op.peers {
 		if op.acks[i].State != fanoutv1.PeerAckState_PEER_ACK_STATE_PENDING {
 			continue
 		}
-		for _, ev := range events {
+		for _, t := range tasks {
+			ev := t.Value
 			k := ackKey{peer: p, task: ev.TaskId}
 			l.waiters[k] = append(l.waiters[k], ackWaiter{op: op, peer: i, version: ev.Version})
 			keys = append(keys, k)

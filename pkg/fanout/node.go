@@ -214,13 +214,13 @@ func (n *Node) WaitsForAcks(req *fanoutv1.SubmitRequest) bool {
 // submitChecked is Submit after precheck.
 func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
 	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId()}
-	tasks, accepted, err := n.prepare(req.GetEvents(), resp)
+	tasks, err := n.prepare(req.GetEvents(), resp)
 	if err != nil {
 		return nil, err
 	}
 	links := *n.links.Load()
 	if need := needFor(req.GetAck(), len(links)); need > 0 && len(tasks) > 0 {
-		return n.submitAndWait(ctx, req, links, tasks, accepted, resp, need)
+		return n.submitAndWait(ctx, req, links, tasks, resp, need)
 	}
 	if err := n.offer(ctx, links, tasks); err != nil {
 		return nil, err
@@ -242,7 +242,7 @@ func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*f
 // acknowledged all of them, or the wait can no longer succeed, or the deadline passes.
 // The waiters are registered before the events are offered, so no ack is missed.
 func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, links []*link,
-	tasks []batcher.Task[*fanoutv1.Event], accepted []*fanoutv1.Event, resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
+	tasks []batcher.Task[*fanoutv1.Event], resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
 	peers := make([]string, len(links))
 	for i, l := range links {
 		peers[i] = l.addr
@@ -254,7 +254,7 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 		}
 	}
 	op.Init(op, n.ackDeadline(ctx, req))
-	keys := n.acks.register(op, accepted)
+	keys := n.acks.register(op, tasks)
 	defer n.acks.unregister(op, keys)
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
@@ -296,11 +296,10 @@ func (n *Node) ackDeadline(ctx context.Context, req *fanoutv1.SubmitRequest) tim
 // prepare assigns versions, stores each event in the state table as this node's write,
 // and answers each in resp. The events the table accepted become tasks for every
 // peer's batcher (shared, read-only); a stale or refused event is not sent.
-func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) ([]batcher.Task[*fanoutv1.Event], []*fanoutv1.Event, error) {
+func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) ([]batcher.Task[*fanoutv1.Event], error) {
 	now := n.cfg.Now()
 	next := n.clock.reserve(len(events))
 	tasks := make([]batcher.Task[*fanoutv1.Event], 0, len(events))
-	accepted := make([]*fanoutv1.Event, 0, len(events))
 	resp.Versions = make([]uint64, len(events))
 	resp.Results = make([]*fanoutv1.EventResult, len(events))
 	var buf []byte
@@ -311,11 +310,11 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 		resp.Versions[i] = ev.Version
 		var err error
 		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], ev); err != nil {
-			return nil, nil, fmt.Errorf("encode events[%d]: %w", i, err)
+			return nil, fmt.Errorf("encode events[%d]: %w", i, err)
 		}
 		off := keyOffset(buf)
 		if off < 0 {
-			return nil, nil, fmt.Errorf("encode events[%d]: no task_id in %d bytes", i, len(buf))
+			return nil, fmt.Errorf("encode events[%d]: no task_id in %d bytes", i, len(buf))
 		}
 		res := n.table.Put(&state.Write{
 			Key: buf[off : off+len(ev.TaskId)], KeyOffset: off, Raw: buf,
@@ -324,10 +323,9 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 		resp.Results[i] = n.eventResult(res)
 		if res.Outcome == state.Applied {
 			tasks = append(tasks, batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)})
-			accepted = append(accepted, ev)
 		}
 	}
-	return tasks, accepted, nil
+	return tasks, nil
 }
 
 // eventResult is a Put's outcome as the app sees it.

@@ -49,7 +49,7 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	defer n.subscribers.Add(-1)
 	switch {
 	case req.GetSnapshot():
-		s := state.Scan{UpTo: upTo, Keep: w.keepPrefix}
+		s := w.scanFrom(0, upTo, false, w.keepPrefix)
 		if err := w.drain(ctx, &s); err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 			return err
 		}
 	case req.GetFromRevision() != 0:
-		s := state.Scan{After: req.GetFromRevision(), UpTo: upTo, Deletions: true, Keep: w.keepPrefix}
+		s := w.scanFrom(req.GetFromRevision(), upTo, true, w.keepPrefix)
 		if err := w.drain(ctx, &s); err != nil {
 			return err
 		}
@@ -67,7 +67,8 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	if !req.GetIncludeOwn() {
 		keep = w.keepOthers
 	}
-	return w.follow(ctx, &state.Scan{After: upTo, Deletions: true, Keep: keep})
+	live := w.scanFrom(upTo, 0, true, keep)
+	return w.follow(ctx, &live)
 }
 
 func (n *Node) validateSubscribe(req *fanoutv1.SubscribeRequest) error {
@@ -98,7 +99,8 @@ type watch struct {
 	send   func(*peers.Frame) error
 	buf    []state.Entry
 	f      peers.Frame // the message being sent; reused
-	scan   state.Scan  // the limits every scan of this stream uses
+	// The limits of every scan of this stream (one response's entries and bytes).
+	maxEntries, maxBytes int
 }
 
 func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*peers.Frame) error) *watch {
@@ -107,10 +109,15 @@ func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*peers.Frame) 
 	if maxBytes == 0 {
 		maxBytes = defaultBatchBytes
 	}
-	w := &watch{n: n, prefix: []byte(req.GetTaskIdPrefix()), self: n.cfg.NodeID, send: send}
-	w.buf = make([]state.Entry, 0, min(maxEntries, 1024))
-	w.scan = state.Scan{MaxEntries: maxEntries, MaxBytes: maxBytes, Cost: batchItemSize}
-	return w
+	return &watch{n: n, prefix: []byte(req.GetTaskIdPrefix()), self: n.cfg.NodeID, send: send,
+		buf: make([]state.Entry, 0, min(maxEntries, 1024)), maxEntries: maxEntries, maxBytes: maxBytes}
+}
+
+// scanFrom is a scan of this stream after revision after (up to upTo if not 0), with
+// the stream's limits, measured as batch items.
+func (w *watch) scanFrom(after, upTo uint64, deletions bool, keep func(*state.Entry) bool) state.Scan {
+	return state.Scan{After: after, UpTo: upTo, Deletions: deletions, Keep: keep,
+		MaxEntries: w.maxEntries, MaxBytes: w.maxBytes, Cost: batchItemSize}
 }
 
 func (w *watch) keepPrefix(e *state.Entry) bool { return bytes.HasPrefix(e.Key, w.prefix) }
@@ -139,10 +146,8 @@ func (w *watch) follow(ctx context.Context, s *state.Scan) error {
 		case <-w.n.ctx.Done():
 			return ErrClosed
 		}
-		for !w.n.table.Done(s) {
-			if err := w.step(ctx, s); err != nil {
-				return err
-			}
+		if err := w.drain(ctx, s); err != nil {
+			return err
 		}
 	}
 }
@@ -152,7 +157,6 @@ func (w *watch) step(ctx context.Context, s *state.Scan) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.MaxEntries, s.MaxBytes, s.Cost = w.scan.MaxEntries, w.scan.MaxBytes, w.scan.Cost
 	batch, err := w.n.table.Next(s, w.buf[:0])
 	if err != nil {
 		return fmt.Errorf("%w (this stream fell behind: %v)", ErrCompacted, err)
