@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +133,8 @@ func TestReplicateItemStatuses(t *testing.T) {
 	cfg := testConfig("r")
 	cfg.State.MaxKeys = 2
 	cfg.State.TombstoneTTL = time.Millisecond
+	var ahead atomic.Int64 // the node's clock runs this far ahead of the wall clock
+	cfg.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	tn := startTestNode(t, cfg)
 	call := func(origin string, events ...*fanoutv1.Event) []fanoutv1.ItemStatus {
 		t.Helper()
@@ -183,7 +186,7 @@ func TestReplicateItemStatuses(t *testing.T) {
 	}
 	// Once t2's tombstone is past its ttl, a write at the bound collects it and the
 	// BUSY task gets in.
-	time.Sleep(2 * time.Millisecond) // the tombstone's ttl: the fault, not a wait
+	ahead.Store(int64(time.Second)) // the tombstone's ttl passes
 	if got := call("x", &fanoutv1.Event{TaskId: "t3", Version: 1}); got[0] != ok {
 		t.Fatalf("after the tombstone's ttl: %v, want OK", got)
 	}
