@@ -51,13 +51,20 @@ func (m *model) put(key string, raw []byte, s Stamp, sub int64, del bool, now ti
 		if ok && !s.Newer(old.stamp) {
 			return Result{Outcome: Stale, Current: old.stamp}, true
 		}
+		if !ok && del && sub != 0 && sub <= now.Add(-m.cfg.TombstoneTTL).UnixNano() {
+			return Result{Outcome: Stale}, true // an expired deletion of an absent key
+		}
 		grow := int64(len(raw)) - int64(len(old.raw))
 		if (!ok && len(m.m) >= m.cfg.MaxKeys) || m.bytes+grow > m.cfg.MaxBytes {
 			return Result{Outcome: Full}, false
 		}
 		m.rev++
 		m.bytes += grow
-		m.m[key] = modelEntry{raw: append([]byte(nil), raw...), stamp: s, submitted: sub, rev: m.rev, deleted: del, at: now}
+		at := now // a tombstone's age counts from its origin
+		if sub != 0 && sub < now.UnixNano() {
+			at = time.Unix(0, sub)
+		}
+		m.m[key] = modelEntry{raw: append([]byte(nil), raw...), stamp: s, submitted: sub, rev: m.rev, deleted: del, at: at}
 		return Result{Outcome: Applied, Revision: m.rev}, true
 	}
 	if r, ok := try(); ok {
@@ -131,9 +138,15 @@ func (h *harness) step(op, a, b, c uint8) {
 		// of order within a window of 16.
 		s := Stamp{Version: uint64(b%16) + h.steps/32, Origin: origins3[int(c)%3]}
 		del := c%5 == 0
-		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: int64(a), Deleted: del}
+		// Submitted: now, a while ago (a late or repaired replica, up to 4 minutes),
+		// or unknown (0).
+		var sub int64
+		if a%4 != 0 {
+			sub = h.now.Add(-time.Duration(b) * time.Second).UnixNano()
+		}
+		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: sub, Deleted: del}
 		got := h.tab.Put(w, h.now)
-		want := h.ref.put(key, raw, s, int64(a), del, h.now)
+		want := h.ref.put(key, raw, s, sub, del, h.now)
 		if got != want {
 			h.t.Fatalf("Put(%s %+v del=%v) = %+v, model %+v", key, s, del, got, want)
 		}
@@ -224,6 +237,9 @@ func (h *harness) checkStats() {
 	}
 	if len(h.keys) <= 50 || h.steps%32 == 0 { // it walks every entry
 		h.checkArena()
+	}
+	if h.steps%128 == 0 { // it builds a tree of 69,905 hashes
+		h.checkDigest()
 	}
 }
 

@@ -1,14 +1,17 @@
 package state
 
+import "github.com/cespare/xxhash/v2"
+
 // origins interns the node ids that wrote the entries, so that an entry names its
 // origin by a small number instead of holding a string (a pointer per entry). Ids are
 // reference-counted and reused: pods come and go with every deploy, and each new pod
 // is a new origin. Owned by the table's lock.
 type origins struct {
-	ids   map[string]uint32
-	names []string
-	refs  []int
-	free  []uint32
+	ids    map[string]uint32
+	names  []string
+	hashes []uint64 // xxhash64 of each name, for the digest
+	refs   []int
+	free   []uint32
 }
 
 func newOrigins() origins { return origins{ids: make(map[string]uint32)} }
@@ -20,10 +23,11 @@ func (o *origins) ref(name string) uint32 {
 		if n := len(o.free); n > 0 {
 			id = o.free[n-1]
 			o.free = o.free[:n-1]
-			o.names[id], o.refs[id] = name, 0
+			o.names[id], o.refs[id], o.hashes[id] = name, 0, xxhash.Sum64String(name)
 		} else {
 			id = uint32(len(o.names))
 			o.names, o.refs = append(o.names, name), append(o.refs, 0)
+			o.hashes = append(o.hashes, xxhash.Sum64String(name))
 		}
 		o.ids[name] = id
 	}
@@ -41,3 +45,5 @@ func (o *origins) unref(id uint32) {
 }
 
 func (o *origins) name(id uint32) string { return o.names[id] }
+
+func (o *origins) hash(id uint32) uint64 { return o.hashes[id] }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Config bounds a table. It is copied by New.
@@ -138,6 +140,7 @@ type entry struct {
 	origin    uint32 // in origins
 	chunk     uint32 // the revision log chunk of rev
 	deleted   bool
+	leaf      uint16 // the digest leaf of the key (digest.go); in what was padding
 }
 
 // pageSize entries per page: the entries grow by pages, never by copying.
@@ -166,7 +169,10 @@ type Table struct {
 	arena    arena
 	log      revlog
 	origins  origins
-	tombs    []tomb // guarded by mu: oldest first; may name entries changed since
+	// digest is the tree of entry hashes (digest.go). Invariant: every leaf is the
+	// XOR of the entryHash of the entries (rev != 0) whose leaf it is.
+	digest digestTree
+	tombs  []tomb // guarded by mu: oldest first; may name entries changed since
 	// staleTombs counts the tombs that no longer name their entry. Invariant:
 	// len(tombs) == Tombstones + staleTombs; tombs is filtered when staleTombs
 	// outgrows the rest, so a key deleted and written again all day costs nothing.
@@ -189,6 +195,7 @@ func New(cfg Config) (*Table, error) {
 		hash:    hasher(maphash.MakeSeed()),
 		arena:   newArena(),
 		origins: newOrigins(),
+		digest:  newDigestTree(),
 		rev:     cfg.FirstRevision,
 		changed: make(chan struct{}),
 		closed:  make(chan struct{}),
@@ -239,6 +246,12 @@ func (t *Table) put(h uint64, w *Write, now time.Time) Result {
 			t.st.StaleSeen++
 			return Result{Outcome: Stale, Current: cur}
 		}
+	} else if w.Deleted && w.Submitted != 0 && w.Submitted <= now.Add(-t.cfg.TombstoneTTL).UnixNano() {
+		// A deletion older than TombstoneTTL of a key this table does not hold: every
+		// table has collected (or will collect) its tombstone; storing it would make it
+		// live another TombstoneTTL here and travel back to the others.
+		t.st.StaleSeen++
+		return Result{Outcome: Stale}
 	}
 	if !t.fits(old, len(w.Raw)) {
 		return Result{Outcome: Full}
@@ -295,13 +308,23 @@ func (t *Table) set(i uint32, w *Write, now time.Time) {
 	e.slab, e.off = t.arena.alloc(i, w.Raw)
 	e.size, e.keyOff, e.keyLen = uint32(len(w.Raw)), uint32(w.KeyOffset), uint32(len(w.Key))
 	e.origin = t.origins.ref(w.Stamp.Origin)
+	kh := xxhash.Sum64(w.Key)
+	e.leaf = uint16(kh >> (64 - DigestLeafBits))
+	t.digest.toggle(uint32(e.leaf), entryHash(kh, e.version, t.origins.hash(e.origin), e.deleted))
 	var compact *chunk
 	e.chunk, compact = t.log.add(t.rev, i)
 	t.st.Bytes += int64(len(w.Raw))
 	if w.Deleted {
 		t.st.Tombstones++
 		t.dropStaleTombs()
-		t.tombs = append(t.tombs, tomb{rev: t.rev, at: now.UnixNano(), ent: i})
+		// A tombstone's age counts from its origin's clock, not from its arrival here,
+		// so that every table forgets it at about the same time (anti-entropy would
+		// otherwise hand a collected tombstone back from a table that got it later).
+		at := now.UnixNano()
+		if w.Submitted != 0 {
+			at = min(at, w.Submitted)
+		}
+		t.pushTomb(tomb{rev: t.rev, at: at, ent: i})
 	}
 	if compact != nil {
 		t.compactChunk(compact)
@@ -312,6 +335,8 @@ func (t *Table) set(i uint32, w *Write, now time.Time) {
 // the index, for set to fill again.
 func (t *Table) unset(i uint32) {
 	e := t.ent(i)
+	leaf, h := t.digestOf(e) // before the origin and record are released
+	t.digest.toggle(leaf, h)
 	t.st.Bytes -= int64(e.size)
 	if e.deleted {
 		t.st.Tombstones--
@@ -420,9 +445,9 @@ func (t *Table) Collect(now time.Time) int {
 
 func (t *Table) collect(now time.Time) int {
 	horizon := now.Add(-t.cfg.TombstoneTTL).UnixNano()
-	n, k := 0, 0
-	for ; k < len(t.tombs) && t.tombs[k].at <= horizon; k++ {
-		tb := t.tombs[k]
+	n := 0
+	for len(t.tombs) > 0 && t.tombs[0].at <= horizon {
+		tb := t.popTomb()
 		if t.ent(tb.ent).rev != tb.rev {
 			t.staleTombs--
 			continue // written again since: no longer this tombstone
@@ -432,15 +457,53 @@ func (t *Table) collect(now time.Time) int {
 		t.st.Compacted = max(t.st.Compacted, tb.rev)
 		n++
 	}
-	if k > 0 {
-		t.tombs = append(t.tombs[:0], t.tombs[k:]...)
-	}
 	t.st.Collected += uint64(n)
 	return n
 }
 
+// The tombs are a binary min-heap by at: a tombstone's age counts from its origin,
+// so they do not arrive in order (a late replica, one repaired by anti-entropy).
+
+func (t *Table) pushTomb(tb tomb) {
+	t.tombs = append(t.tombs, tb)
+	for i := len(t.tombs) - 1; i > 0; {
+		p := (i - 1) / 2
+		if t.tombs[p].at <= t.tombs[i].at {
+			break
+		}
+		t.tombs[p], t.tombs[i] = t.tombs[i], t.tombs[p]
+		i = p
+	}
+}
+
+func (t *Table) popTomb() tomb {
+	top := t.tombs[0]
+	last := len(t.tombs) - 1
+	t.tombs[0] = t.tombs[last]
+	t.tombs = t.tombs[:last]
+	t.siftDown(0)
+	return top
+}
+
+func (t *Table) siftDown(i int) {
+	for n := len(t.tombs); ; {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < n && t.tombs[l].at < t.tombs[m].at {
+			m = l
+		}
+		if r < n && t.tombs[r].at < t.tombs[m].at {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		t.tombs[i], t.tombs[m] = t.tombs[m], t.tombs[i]
+		i = m
+	}
+}
+
 // dropStaleTombs filters the tombs that no longer name their entry, once they
-// outnumber the live ones (amortised O(1) per delete).
+// outnumber the live ones (amortised O(1) per delete), and heapifies the rest.
 func (t *Table) dropStaleTombs() {
 	if t.staleTombs < 1024 || t.staleTombs < len(t.tombs)/2 {
 		return
@@ -454,6 +517,9 @@ func (t *Table) dropStaleTombs() {
 	}
 	clear(t.tombs[k:])
 	t.tombs, t.staleTombs = t.tombs[:k], 0
+	for i := k/2 - 1; i >= 0; i-- {
+		t.siftDown(i)
+	}
 }
 
 // String is the key as a string sharing Entry.Key's memory, which is never written.
