@@ -81,6 +81,504 @@ func (ItemStatus) EnumDescriptor() ([]byte, []int) {
 	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{0}
 }
 
+// The digest tree: every entry (task_id, version, origin, deleted) hashes to 64
+// bits; a leaf is the XOR of the hashes of the entries whose task_id's xxhash64
+// starts with the leaf's 16 bits; every inner node is the XOR of its 16 children.
+// Level 0 is the root, level 4 the 65,536 leaves. Node i of level l has the children
+// 16*i .. 16*i+15 of level l+1.
+type DigestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id of the caller.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// tree_version is the shape and hash of the tree; a receiver with another one
+	// answers FAILED_PRECONDITION. This version: 1.
+	TreeVersion uint32 `protobuf:"varint,2,opt,name=tree_version,json=treeVersion,proto3" json:"tree_version,omitempty"`
+	// level of the nodes, 0..3.
+	Level uint32 `protobuf:"varint,3,opt,name=level,proto3" json:"level,omitempty"`
+	// nodes are node indexes of that level, at most 4096.
+	Nodes         []uint32 `protobuf:"varint,4,rep,packed,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestRequest) Reset() {
+	*x = DigestRequest{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestRequest) ProtoMessage() {}
+
+func (x *DigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
+func (*DigestRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DigestRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DigestRequest) GetTreeVersion() uint32 {
+	if x != nil {
+		return x.TreeVersion
+	}
+	return 0
+}
+
+func (x *DigestRequest) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *DigestRequest) GetNodes() []uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type DigestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id of the receiver.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// root is the receiver's root hash.
+	Root uint64 `protobuf:"fixed64,2,opt,name=root,proto3" json:"root,omitempty"`
+	// hashes holds 16 child hashes per requested node, in order.
+	Hashes        []uint64 `protobuf:"fixed64,3,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestResponse) Reset() {
+	*x = DigestResponse{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestResponse) ProtoMessage() {}
+
+func (x *DigestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
+func (*DigestResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DigestResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DigestResponse) GetRoot() uint64 {
+	if x != nil {
+		return x.Root
+	}
+	return 0
+}
+
+func (x *DigestResponse) GetHashes() []uint64 {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+// SyncEntry is one key's state as a state table holds it.
+type SyncEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event is an encoded fanout.v1.Event, carried undecoded.
+	Event []byte `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// origin is the node_id that wrote the event.
+	Origin string `protobuf:"bytes,2,opt,name=origin,proto3" json:"origin,omitempty"`
+	// submitted_at_unix_nanos is when the origin accepted it.
+	SubmittedAtUnixNanos int64 `protobuf:"varint,3,opt,name=submitted_at_unix_nanos,json=submittedAtUnixNanos,proto3" json:"submitted_at_unix_nanos,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *SyncEntry) Reset() {
+	*x = SyncEntry{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncEntry) ProtoMessage() {}
+
+func (x *SyncEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncEntry.ProtoReflect.Descriptor instead.
+func (*SyncEntry) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SyncEntry) GetEvent() []byte {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *SyncEntry) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *SyncEntry) GetSubmittedAtUnixNanos() int64 {
+	if x != nil {
+		return x.SubmittedAtUnixNanos
+	}
+	return 0
+}
+
+// KeyStamp is what a node holds for one key, without the event.
+type KeyStamp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Origin        string                 `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	Deleted       bool                   `protobuf:"varint,4,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyStamp) Reset() {
+	*x = KeyStamp{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyStamp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyStamp) ProtoMessage() {}
+
+func (x *KeyStamp) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyStamp.ProtoReflect.Descriptor instead.
+func (*KeyStamp) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *KeyStamp) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *KeyStamp) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *KeyStamp) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *KeyStamp) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+type PullRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id of the caller.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// leaves are leaf indexes (0..65535), ascending.
+	Leaves []uint32 `protobuf:"varint,2,rep,packed,name=leaves,proto3" json:"leaves,omitempty"`
+	// have is every entry the caller holds in those leaves.
+	Have          []*KeyStamp `protobuf:"bytes,3,rep,name=have,proto3" json:"have,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRequest) Reset() {
+	*x = PullRequest{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRequest) ProtoMessage() {}
+
+func (x *PullRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
+func (*PullRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PullRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PullRequest) GetLeaves() []uint32 {
+	if x != nil {
+		return x.Leaves
+	}
+	return nil
+}
+
+func (x *PullRequest) GetHave() []*KeyStamp {
+	if x != nil {
+		return x.Have
+	}
+	return nil
+}
+
+type PullResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries the receiver holds newer than the caller, or that the caller lacks.
+	Entries []*SyncEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// want: task_ids the caller holds newer, or that the receiver lacks.
+	Want          []string `protobuf:"bytes,2,rep,name=want,proto3" json:"want,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullResponse) Reset() {
+	*x = PullResponse{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullResponse) ProtoMessage() {}
+
+func (x *PullResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
+func (*PullResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PullResponse) GetEntries() []*SyncEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *PullResponse) GetWant() []string {
+	if x != nil {
+		return x.Want
+	}
+	return nil
+}
+
+type PushRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id of the caller.
+	NodeId        string       `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Entries       []*SyncEntry `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushRequest) Reset() {
+	*x = PushRequest{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushRequest) ProtoMessage() {}
+
+func (x *PushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
+func (*PushRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PushRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PushRequest) GetEntries() []*SyncEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type PushResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id of the receiver.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// applied counts the entries stored; the others were stale or invalid.
+	Applied       uint32 `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushResponse) Reset() {
+	*x = PushResponse{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushResponse) ProtoMessage() {}
+
+func (x *PushResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
+func (*PushResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PushResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PushResponse) GetApplied() uint32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
 type ReplicateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// origin_node is the node_id of the sidecar the events were submitted to.
@@ -96,7 +594,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_fanout_v1_peer_proto_msgTypes[0]
+	mi := &file_fanout_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -108,7 +606,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_peer_proto_msgTypes[0]
+	mi := &file_fanout_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -121,7 +619,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{0}
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplicateRequest) GetOriginNode() string {
@@ -157,7 +655,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_fanout_v1_peer_proto_msgTypes[1]
+	mi := &file_fanout_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -169,7 +667,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_peer_proto_msgTypes[1]
+	mi := &file_fanout_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -182,7 +680,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{1}
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplicateResponse) GetNodeId() string {
@@ -203,7 +701,38 @@ var File_fanout_v1_peer_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x14fanout/v1/peer.proto\x12\tfanout.v1\x1a\x16fanout/v1/fanout.proto\"\x94\x01\n" +
+	"\x14fanout/v1/peer.proto\x12\tfanout.v1\x1a\x16fanout/v1/fanout.proto\"w\n" +
+	"\rDigestRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
+	"\ftree_version\x18\x02 \x01(\rR\vtreeVersion\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\rR\x05level\x12\x14\n" +
+	"\x05nodes\x18\x04 \x03(\rR\x05nodes\"U\n" +
+	"\x0eDigestResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04root\x18\x02 \x01(\x06R\x04root\x12\x16\n" +
+	"\x06hashes\x18\x03 \x03(\x06R\x06hashes\"p\n" +
+	"\tSyncEntry\x12\x14\n" +
+	"\x05event\x18\x01 \x01(\fR\x05event\x12\x16\n" +
+	"\x06origin\x18\x02 \x01(\tR\x06origin\x125\n" +
+	"\x17submitted_at_unix_nanos\x18\x03 \x01(\x03R\x14submittedAtUnixNanos\"o\n" +
+	"\bKeyStamp\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\x12\x18\n" +
+	"\adeleted\x18\x04 \x01(\bR\adeleted\"g\n" +
+	"\vPullRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06leaves\x18\x02 \x03(\rR\x06leaves\x12'\n" +
+	"\x04have\x18\x03 \x03(\v2\x13.fanout.v1.KeyStampR\x04have\"R\n" +
+	"\fPullResponse\x12.\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.fanout.v1.SyncEntryR\aentries\x12\x12\n" +
+	"\x04want\x18\x02 \x03(\tR\x04want\"V\n" +
+	"\vPushRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
+	"\aentries\x18\x02 \x03(\v2\x14.fanout.v1.SyncEntryR\aentries\"A\n" +
+	"\fPushResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\rR\aapplied\"\x94\x01\n" +
 	"\x10ReplicateRequest\x12\x1f\n" +
 	"\vorigin_node\x18\x01 \x01(\tR\n" +
 	"originNode\x12(\n" +
@@ -218,9 +747,12 @@ const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\x0eITEM_STATUS_OK\x10\x01\x12\x15\n" +
 	"\x11ITEM_STATUS_STALE\x10\x02\x12\x14\n" +
 	"\x10ITEM_STATUS_BUSY\x10\x03\x12\x17\n" +
-	"\x13ITEM_STATUS_INVALID\x10\x042U\n" +
+	"\x13ITEM_STATUS_INVALID\x10\x042\x88\x02\n" +
 	"\vPeerService\x12F\n" +
-	"\tReplicate\x12\x1b.fanout.v1.ReplicateRequest\x1a\x1c.fanout.v1.ReplicateResponseB1Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1b\x06proto3"
+	"\tReplicate\x12\x1b.fanout.v1.ReplicateRequest\x1a\x1c.fanout.v1.ReplicateResponse\x12=\n" +
+	"\x06Digest\x12\x18.fanout.v1.DigestRequest\x1a\x19.fanout.v1.DigestResponse\x129\n" +
+	"\x04Pull\x12\x16.fanout.v1.PullRequest\x1a\x17.fanout.v1.PullResponse0\x01\x127\n" +
+	"\x04Push\x12\x16.fanout.v1.PushRequest\x1a\x17.fanout.v1.PushResponseB1Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1b\x06proto3"
 
 var (
 	file_fanout_v1_peer_proto_rawDescOnce sync.Once
@@ -235,23 +767,40 @@ func file_fanout_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fanout_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_fanout_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_fanout_v1_peer_proto_goTypes = []any{
 	(ItemStatus)(0),           // 0: fanout.v1.ItemStatus
-	(*ReplicateRequest)(nil),  // 1: fanout.v1.ReplicateRequest
-	(*ReplicateResponse)(nil), // 2: fanout.v1.ReplicateResponse
-	(*Event)(nil),             // 3: fanout.v1.Event
+	(*DigestRequest)(nil),     // 1: fanout.v1.DigestRequest
+	(*DigestResponse)(nil),    // 2: fanout.v1.DigestResponse
+	(*SyncEntry)(nil),         // 3: fanout.v1.SyncEntry
+	(*KeyStamp)(nil),          // 4: fanout.v1.KeyStamp
+	(*PullRequest)(nil),       // 5: fanout.v1.PullRequest
+	(*PullResponse)(nil),      // 6: fanout.v1.PullResponse
+	(*PushRequest)(nil),       // 7: fanout.v1.PushRequest
+	(*PushResponse)(nil),      // 8: fanout.v1.PushResponse
+	(*ReplicateRequest)(nil),  // 9: fanout.v1.ReplicateRequest
+	(*ReplicateResponse)(nil), // 10: fanout.v1.ReplicateResponse
+	(*Event)(nil),             // 11: fanout.v1.Event
 }
 var file_fanout_v1_peer_proto_depIdxs = []int32{
-	3, // 0: fanout.v1.ReplicateRequest.events:type_name -> fanout.v1.Event
-	0, // 1: fanout.v1.ReplicateResponse.statuses:type_name -> fanout.v1.ItemStatus
-	1, // 2: fanout.v1.PeerService.Replicate:input_type -> fanout.v1.ReplicateRequest
-	2, // 3: fanout.v1.PeerService.Replicate:output_type -> fanout.v1.ReplicateResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4,  // 0: fanout.v1.PullRequest.have:type_name -> fanout.v1.KeyStamp
+	3,  // 1: fanout.v1.PullResponse.entries:type_name -> fanout.v1.SyncEntry
+	3,  // 2: fanout.v1.PushRequest.entries:type_name -> fanout.v1.SyncEntry
+	11, // 3: fanout.v1.ReplicateRequest.events:type_name -> fanout.v1.Event
+	0,  // 4: fanout.v1.ReplicateResponse.statuses:type_name -> fanout.v1.ItemStatus
+	9,  // 5: fanout.v1.PeerService.Replicate:input_type -> fanout.v1.ReplicateRequest
+	1,  // 6: fanout.v1.PeerService.Digest:input_type -> fanout.v1.DigestRequest
+	5,  // 7: fanout.v1.PeerService.Pull:input_type -> fanout.v1.PullRequest
+	7,  // 8: fanout.v1.PeerService.Push:input_type -> fanout.v1.PushRequest
+	10, // 9: fanout.v1.PeerService.Replicate:output_type -> fanout.v1.ReplicateResponse
+	2,  // 10: fanout.v1.PeerService.Digest:output_type -> fanout.v1.DigestResponse
+	6,  // 11: fanout.v1.PeerService.Pull:output_type -> fanout.v1.PullResponse
+	8,  // 12: fanout.v1.PeerService.Push:output_type -> fanout.v1.PushResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_peer_proto_init() }
@@ -266,7 +815,7 @@ func file_fanout_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_peer_proto_rawDesc), len(file_fanout_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,9 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	PeerService_Replicate_FullMethodName = "/fanout.v1.PeerService/Replicate"
+	PeerService_Digest_FullMethodName    = "/fanout.v1.PeerService/Digest"
+	PeerService_Pull_FullMethodName      = "/fanout.v1.PeerService/Pull"
+	PeerService_Push_FullMethodName      = "/fanout.v1.PeerService/Push"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -32,6 +35,14 @@ type PeerServiceClient interface {
 	// Replicate delivers one batch from a peer's worker. Events that arrive here
 	// are never sent on (one hop).
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
+	// Digest returns the hashes of the children of the given tree nodes.
+	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
+	// Pull compares the caller's stamps of some leaves with the receiver's entries of
+	// the same leaves. It streams the receiver's entries that win, then the task_ids
+	// the caller should push.
+	Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullResponse], error)
+	// Push stores entries found to be missing or older on the receiver.
+	Push(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushResponse, error)
 }
 
 type peerServiceClient struct {
@@ -52,6 +63,45 @@ func (c *peerServiceClient) Replicate(ctx context.Context, in *ReplicateRequest,
 	return out, nil
 }
 
+func (c *peerServiceClient) Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DigestResponse)
+	err := c.cc.Invoke(ctx, PeerService_Digest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerServiceClient) Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PeerService_ServiceDesc.Streams[0], PeerService_Pull_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PullRequest, PullResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_PullClient = grpc.ServerStreamingClient[PullResponse]
+
+func (c *peerServiceClient) Push(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushResponse)
+	err := c.cc.Invoke(ctx, PeerService_Push_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -62,6 +112,14 @@ type PeerServiceServer interface {
 	// Replicate delivers one batch from a peer's worker. Events that arrive here
 	// are never sent on (one hop).
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
+	// Digest returns the hashes of the children of the given tree nodes.
+	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
+	// Pull compares the caller's stamps of some leaves with the receiver's entries of
+	// the same leaves. It streams the receiver's entries that win, then the task_ids
+	// the caller should push.
+	Pull(*PullRequest, grpc.ServerStreamingServer[PullResponse]) error
+	// Push stores entries found to be missing or older on the receiver.
+	Push(context.Context, *PushRequest) (*PushResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -74,6 +132,15 @@ type UnimplementedPeerServiceServer struct{}
 
 func (UnimplementedPeerServiceServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedPeerServiceServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Digest not implemented")
+}
+func (UnimplementedPeerServiceServer) Pull(*PullRequest, grpc.ServerStreamingServer[PullResponse]) error {
+	return status.Error(codes.Unimplemented, "method Pull not implemented")
+}
+func (UnimplementedPeerServiceServer) Push(context.Context, *PushRequest) (*PushResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Push not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -114,6 +181,53 @@ func _PeerService_Replicate_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_Digest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Digest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Digest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Digest(ctx, req.(*DigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PeerService_Pull_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PullRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(PeerServiceServer).Pull(m, &grpc.GenericServerStream[PullRequest, PullResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_PullServer = grpc.ServerStreamingServer[PullResponse]
+
+func _PeerService_Push_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PushRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Push(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Push_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Push(ctx, req.(*PushRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -125,7 +239,21 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Replicate",
 			Handler:    _PeerService_Replicate_Handler,
 		},
+		{
+			MethodName: "Digest",
+			Handler:    _PeerService_Digest_Handler,
+		},
+		{
+			MethodName: "Push",
+			Handler:    _PeerService_Push_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Pull",
+			Handler:       _PeerService_Pull_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "fanout/v1/peer.proto",
 }
