@@ -29,6 +29,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// readinessService is the health service name a readiness probe checks:
+// the app service's full name.
+const readinessService = "fanout.v1.FanoutService"
+
 // instanceConfig is everything startInstance wires together. A listener given here is
 // used instead of its address (the demo binds :0 ports first, to learn them).
 type instanceConfig struct {
@@ -88,8 +92,22 @@ func startInstance(c instanceConfig) (*instance, error) {
 	srvMetrics.InitializeMetrics(inst.app)
 	srvMetrics.InitializeMetrics(inst.peer)
 
+	// The named service is readiness: NOT_SERVING until the bootstrap sync ends; the
+	// empty name is liveness, SERVING from here on (SPEC §14).
+	inst.appHealth.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
 	inst.serve(inst.app, appLis)
 	inst.serve(inst.peer, peerLis)
+	inst.wg.Add(1)
+	go func() {
+		defer inst.wg.Done()
+		select {
+		case <-node.Ready():
+			_, reason := node.Readiness()
+			inst.appHealth.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING) // no-op after Shutdown
+			c.log.Info("ready", "reason", reason)
+		case <-node.Done():
+		}
+	}()
 	if c.adminAddr != "" {
 		if err := inst.startAdmin(c.adminAddr, reg); err != nil {
 			inst.shutdown(context.Background())

@@ -70,6 +70,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.State.MaxKeys, "state-max-keys", c.State.MaxKeys, "keys the state table holds, deleted ones included; at the bound a new key is refused (REFUSED to the app, BUSY to peers) and counted")
 	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~105 bytes per key on top, docs/BENCHMARKS.md)")
 	fs.DurationVar(&c.State.TombstoneTTL, "tombstone-ttl", c.State.TombstoneTTL, "how long a deleted key is remembered; a write older than the delete that arrives later than this brings the key back")
+	fs.DurationVar(&c.AntiEntropyInterval, "anti-entropy-interval", c.AntiEntropyInterval, "compare the state table with one peer, in turn, this often (±25%) and repair both; a round in sync costs ~150 bytes (0: off; bootstrap still runs)")
+	fs.DurationVar(&c.SyncTimeout, "sync-timeout", c.SyncTimeout, "at start, report the health service fanout.v1.FanoutService NOT_SERVING until the first sync with the reachable peers ends, or this long")
 	fs.Uint32Var(&c.Breaker.Failures, "breaker-failures", c.Breaker.Failures, "consecutive network failures that open a peer's circuit breaker")
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
 	fs.Uint32Var(&c.Breaker.Probes, "breaker-probes", c.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")

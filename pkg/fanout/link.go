@@ -23,6 +23,7 @@ type link struct {
 	b      *batcher.Batcher[*fanoutv1.Event]
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
 	isSelf atomic.Bool            // the peer answered with our own node id
+	sync   syncStats              // anti-entropy rounds with this peer (sync.go)
 	once   sync.Once
 }
 

@@ -17,6 +17,12 @@ type Collector struct {
 	subs       *prometheus.Desc
 	delivered  *prometheus.Desc
 	peersTotal *prometheus.Desc
+	syncRounds *prometheus.Desc
+	syncKeys   *prometheus.Desc
+	syncBytes  *prometheus.Desc
+	syncLast   *prometheus.Desc
+	syncDur    *prometheus.Desc
+	ready      *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -39,12 +45,25 @@ func NewCollector(n *Node) *Collector {
 		subs:       prometheus.NewDesc("fanout_subscribers", "Open Subscribe streams.", nil, nil),
 		delivered:  prometheus.NewDesc("fanout_delivered_events_total", "Events sent on Subscribe streams.", nil, nil),
 		peersTotal: prometheus.NewDesc("fanout_peers", "Peers this node replicates to.", peer, nil),
+		syncRounds: prometheus.NewDesc("fanout_sync_rounds_total",
+			"Anti-entropy rounds this node called, by result: in_sync, repaired, failed.", []string{"peer", "result"}, nil),
+		syncKeys: prometheus.NewDesc("fanout_sync_keys_repaired_total",
+			"Entries anti-entropy stored: pulled (from the peer, here) and pushed (from here, at the peer).", []string{"peer", "direction"}, nil),
+		syncBytes: prometheus.NewDesc("fanout_sync_bytes_total",
+			"Bytes of anti-entropy rounds (protobuf sizes): digest (the hash tree walk) and all.", []string{"peer", "kind"}, nil),
+		syncLast: prometheus.NewDesc("fanout_sync_last_success_timestamp_seconds",
+			"When the last anti-entropy round with the peer that completed ended.", peer, nil),
+		syncDur: prometheus.NewDesc("fanout_sync_last_duration_seconds",
+			"How long the last completed anti-entropy round with the peer took.", peer, nil),
+		ready: prometheus.NewDesc("fanout_ready",
+			"1 when the named health service fanout.v1.FanoutService is SERVING (bootstrap ended, not draining).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.queue, c.breaker, c.state, c.stateOps, c.subs, c.delivered, c.peersTotal} {
+	for _, d := range []*prometheus.Desc{c.events, c.queue, c.breaker, c.state, c.stateOps, c.subs, c.delivered, c.peersTotal,
+		c.syncRounds, c.syncKeys, c.syncBytes, c.syncLast, c.syncDur, c.ready} {
 		ch <- d
 	}
 }
@@ -61,7 +80,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, 1, l.addr, l.br.State().String())
 		ch <- prometheus.MustNewConstMetric(c.peersTotal, prometheus.GaugeValue, 1, l.addr)
+		c.collectSync(ch, l)
 	}
+	ready := 0.0
+	if ok, _ := c.node.Readiness(); ok {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
 	st, bounds := c.node.table.Stats(), c.node.cfg.State
 	for _, g := range []kv{
 		{"keys", uint64(st.Keys)}, {"max_keys", uint64(bounds.MaxKeys)},
@@ -96,5 +121,22 @@ func gauges(s batcher.Stats) []kv {
 	return []kv{
 		{"acceptor", s.AcceptorQueue}, {"reprocess", s.ReprocessQueue}, {"pending", s.Pending},
 		{"in_flight", s.InFlight}, {"idle_workers", s.IdleWorkers},
+	}
+}
+
+func (c *Collector) collectSync(ch chan<- prometheus.Metric, l *link) {
+	s := &l.sync
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range []kv{{"in_sync", s.inSync}, {"repaired", s.repaired}, {"failed", s.errs}} {
+		ch <- prometheus.MustNewConstMetric(c.syncRounds, prometheus.CounterValue, float64(k.v), l.addr, k.k)
+	}
+	ch <- prometheus.MustNewConstMetric(c.syncKeys, prometheus.CounterValue, float64(s.pulled), l.addr, "pulled")
+	ch <- prometheus.MustNewConstMetric(c.syncKeys, prometheus.CounterValue, float64(s.pushed), l.addr, "pushed")
+	ch <- prometheus.MustNewConstMetric(c.syncBytes, prometheus.CounterValue, float64(s.digestBytes), l.addr, "digest")
+	ch <- prometheus.MustNewConstMetric(c.syncBytes, prometheus.CounterValue, float64(s.bytes), l.addr, "all")
+	if !s.lastSuccess.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.syncLast, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, l.addr)
+		ch <- prometheus.MustNewConstMetric(c.syncDur, prometheus.GaugeValue, s.lastDuration.Seconds(), l.addr)
 	}
 }

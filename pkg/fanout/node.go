@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
@@ -51,15 +52,20 @@ type Node struct {
 	links    atomic.Pointer[[]*link]
 	removeCh chan *link // links found to be this node itself; buffered len(Peers)
 
+	// syncer runs anti-entropy rounds and answers the peers' (sync.go); readiness
+	// is the bootstrap's outcome.
+	syncer    *antientropy.Syncer
+	readiness readiness
+
 	draining atomic.Bool
 	ctx      context.Context // cancelled by Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // run and the tombstone collector
+	wg       sync.WaitGroup // run, the tombstone collector, anti-entropy and its bootstrap rounds
 	closed   sync.Once
 }
 
 // New builds a node and starts its goroutines: one batcher per peer, the peer-set
-// janitor and the tombstone collector. Close stops them.
+// janitor, the tombstone collector and anti-entropy (which bootstraps first). Close stops them.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -80,6 +86,10 @@ func New(cfg Config) (*Node, error) {
 		table:    table,
 		removeCh: make(chan *link, len(cfg.Peers)),
 	}
+	n.readiness.done = make(chan struct{})
+	if n.syncer, err = n.newSyncer(); err != nil {
+		return nil, err
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.startPurgatory(); err != nil {
 		n.cancel()
@@ -92,9 +102,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.links.Store(&links)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.run() }()
 	go func() { defer n.wg.Done(); n.collectTombstones() }()
+	go func() { defer n.wg.Done(); n.antiEntropy() }()
 	return n, nil
 }
 

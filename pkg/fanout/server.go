@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
@@ -154,11 +155,40 @@ func (s *PeerServer) Replicate(ctx context.Context, req *fanoutv1.ReplicateReque
 	return resp, toStatus(err)
 }
 
+// Digest implements PeerService.Digest (anti-entropy).
+func (s *PeerServer) Digest(_ context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
+	if s.node.Draining() {
+		return nil, toStatus(ErrDraining)
+	}
+	resp, err := s.node.syncer.Digest(req)
+	return resp, toStatus(err)
+}
+
+// Pull implements PeerService.Pull (anti-entropy).
+func (s *PeerServer) Pull(req *fanoutv1.PullRequest, stream fanoutv1.PeerService_PullServer) error {
+	if s.node.Draining() {
+		return toStatus(ErrDraining)
+	}
+	return toStatus(s.node.syncer.Pull(req, stream.Send))
+}
+
+// Push implements PeerService.Push (anti-entropy).
+func (s *PeerServer) Push(_ context.Context, req *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+	resp, err := s.node.syncer.Push(req)
+	return resp, toStatus(err)
+}
+
 // RegisterPeerServer registers p as fanout.v1.PeerService on s. Replicate requests are
 // read from their bytes: see wire.go. The wire format is the generated service's.
 func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
-	desc := fanoutv1.PeerService_ServiceDesc // same name, metadata and (empty) streams
-	desc.Methods = []grpc.MethodDesc{{MethodName: "Replicate", Handler: replicateHandler}}
+	desc := fanoutv1.PeerService_ServiceDesc // same name, metadata, other methods and streams
+	desc.Methods = nil
+	for _, m := range fanoutv1.PeerService_ServiceDesc.Methods {
+		if m.MethodName == "Replicate" {
+			m.Handler = replicateHandler
+		}
+		desc.Methods = append(desc.Methods, m)
+	}
 	s.RegisterService(&desc, p)
 }
 
@@ -197,6 +227,12 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, inv.Error())
 	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed), errors.Is(err, batcher.ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, antientropy.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, antientropy.ErrBusy):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, antientropy.ErrTreeVersion):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ErrCompacted):
 		return status.Error(codes.OutOfRange, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

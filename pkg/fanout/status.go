@@ -14,6 +14,7 @@ func (n *Node) Status() *fanoutv1.GetStatusResponse {
 		Delivered:   n.delivered.Load(),
 		State:       n.stateStatus(),
 	}
+	resp.Ready, resp.ReadyReason = n.Readiness()
 	for _, l := range links {
 		resp.Peers = append(resp.Peers, l.status())
 	}
@@ -41,6 +42,7 @@ func (l *link) status() *fanoutv1.PeerStatus {
 		AcceptorQueue:  st.AcceptorQueue,
 		ReprocessQueue: st.ReprocessQueue,
 		IdleWorkers:    st.IdleWorkers,
+		Sync:           l.sync.status(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -137,4 +138,39 @@ func classOf(c codes.Code) error {
 	default:
 		return ErrPermanent
 	}
+}
+
+// Digest calls the peer's anti-entropy Digest. Errors are classified as Replicate's.
+func (c *Conn) Digest(ctx context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
+	resp, err := c.client.Digest(ctx, req)
+	return resp, Classify(err)
+}
+
+// Pull calls the peer's anti-entropy Pull and hands every message of the stream to
+// recv. Errors are classified as Replicate's; recv's are returned as they are.
+func (c *Conn) Pull(ctx context.Context, req *fanoutv1.PullRequest, recv func(*fanoutv1.PullResponse) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream if recv fails
+	stream, err := c.client.Pull(ctx, req)
+	if err != nil {
+		return Classify(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return Classify(err)
+		}
+		if err := recv(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// Push calls the peer's anti-entropy Push. Errors are classified as Replicate's.
+func (c *Conn) Push(ctx context.Context, req *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+	resp, err := c.client.Push(ctx, req)
+	return resp, Classify(err)
 }

@@ -1041,7 +1041,12 @@ type GetStatusResponse struct {
 	// delivered counts entries sent on Subscribe streams.
 	Delivered uint64 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
 	// state describes this node's state table.
-	State         *StateStatus `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	State *StateStatus `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// ready is the named health service fanout.v1.FanoutService: false until the
+	// first sync with the reachable peers completed or --sync-timeout passed, and
+	// again while draining. ready_reason says why, in words.
+	Ready         bool   `protobuf:"varint,7,opt,name=ready,proto3" json:"ready,omitempty"`
+	ReadyReason   string `protobuf:"bytes,8,opt,name=ready_reason,json=readyReason,proto3" json:"ready_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1109,6 +1114,20 @@ func (x *GetStatusResponse) GetState() *StateStatus {
 		return x.State
 	}
 	return nil
+}
+
+func (x *GetStatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *GetStatusResponse) GetReadyReason() string {
+	if x != nil {
+		return x.ReadyReason
+	}
+	return ""
 }
 
 // StateStatus is the state table: its size against its bounds, and what happened at
@@ -1260,8 +1279,10 @@ type PeerStatus struct {
 	AcceptorQueue  uint64 `protobuf:"varint,16,opt,name=acceptor_queue,json=acceptorQueue,proto3" json:"acceptor_queue,omitempty"`
 	ReprocessQueue uint64 `protobuf:"varint,17,opt,name=reprocess_queue,json=reprocessQueue,proto3" json:"reprocess_queue,omitempty"`
 	IdleWorkers    uint64 `protobuf:"varint,18,opt,name=idle_workers,json=idleWorkers,proto3" json:"idle_workers,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// sync is anti-entropy with this peer (SPEC §14), as the caller of the rounds.
+	Sync          *SyncStatus `protobuf:"bytes,19,opt,name=sync,proto3" json:"sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeerStatus) Reset() {
@@ -1420,6 +1441,141 @@ func (x *PeerStatus) GetIdleWorkers() uint64 {
 	return 0
 }
 
+func (x *PeerStatus) GetSync() *SyncStatus {
+	if x != nil {
+		return x.Sync
+	}
+	return nil
+}
+
+// SyncStatus is this node's anti-entropy rounds with one peer.
+type SyncStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rounds counts the rounds started; failed those that ended with an error.
+	Rounds uint64 `protobuf:"varint,1,opt,name=rounds,proto3" json:"rounds,omitempty"`
+	Failed uint64 `protobuf:"varint,2,opt,name=failed,proto3" json:"failed,omitempty"`
+	// last_success is when the last round that completed ended; unset before one.
+	LastSuccess *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_success,json=lastSuccess,proto3" json:"last_success,omitempty"`
+	// last_duration is the last completed round's duration.
+	LastDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=last_duration,json=lastDuration,proto3" json:"last_duration,omitempty"`
+	// last_error is the last failed round's error; empty when the latest round
+	// succeeded.
+	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// pulled counts entries received from this peer and stored here; pushed counts
+	// entries sent to it and stored there (keys repaired in each direction).
+	Pulled uint64 `protobuf:"varint,6,opt,name=pulled,proto3" json:"pulled,omitempty"`
+	Pushed uint64 `protobuf:"varint,7,opt,name=pushed,proto3" json:"pushed,omitempty"`
+	// digest_bytes counts the bytes of digest requests and responses; bytes every
+	// byte of the rounds, digests included (protobuf sizes).
+	DigestBytes uint64 `protobuf:"varint,8,opt,name=digest_bytes,json=digestBytes,proto3" json:"digest_bytes,omitempty"`
+	Bytes       uint64 `protobuf:"varint,9,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// last_leaves is how many of the 65,536 digest leaves differed in the last
+	// completed round (0: in sync).
+	LastLeaves    uint64 `protobuf:"varint,10,opt,name=last_leaves,json=lastLeaves,proto3" json:"last_leaves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncStatus) Reset() {
+	*x = SyncStatus{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncStatus) ProtoMessage() {}
+
+func (x *SyncStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
+func (*SyncStatus) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SyncStatus) GetRounds() uint64 {
+	if x != nil {
+		return x.Rounds
+	}
+	return 0
+}
+
+func (x *SyncStatus) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *SyncStatus) GetLastSuccess() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSuccess
+	}
+	return nil
+}
+
+func (x *SyncStatus) GetLastDuration() *durationpb.Duration {
+	if x != nil {
+		return x.LastDuration
+	}
+	return nil
+}
+
+func (x *SyncStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *SyncStatus) GetPulled() uint64 {
+	if x != nil {
+		return x.Pulled
+	}
+	return 0
+}
+
+func (x *SyncStatus) GetPushed() uint64 {
+	if x != nil {
+		return x.Pushed
+	}
+	return 0
+}
+
+func (x *SyncStatus) GetDigestBytes() uint64 {
+	if x != nil {
+		return x.DigestBytes
+	}
+	return 0
+}
+
+func (x *SyncStatus) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *SyncStatus) GetLastLeaves() uint64 {
+	if x != nil {
+		return x.LastLeaves
+	}
+	return 0
+}
+
 var File_fanout_v1_fanout_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_fanout_proto_rawDesc = "" +
@@ -1494,13 +1650,15 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x10.fanout.v1.EntryR\aentries\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\"\x12\n" +
-	"\x10GetStatusRequest\"\xcd\x01\n" +
+	"\x10GetStatusRequest\"\x86\x02\n" +
 	"\x11GetStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12+\n" +
 	"\x05peers\x18\x02 \x03(\v2\x15.fanout.v1.PeerStatusR\x05peers\x12 \n" +
 	"\vsubscribers\x18\x04 \x01(\x04R\vsubscribers\x12\x1c\n" +
 	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12,\n" +
-	"\x05state\x18\x06 \x01(\v2\x16.fanout.v1.StateStatusR\x05stateJ\x04\b\x03\x10\x04\"\xa8\x02\n" +
+	"\x05state\x18\x06 \x01(\v2\x16.fanout.v1.StateStatusR\x05state\x12\x14\n" +
+	"\x05ready\x18\a \x01(\bR\x05ready\x12!\n" +
+	"\fready_reason\x18\b \x01(\tR\vreadyReasonJ\x04\b\x03\x10\x04\"\xa8\x02\n" +
 	"\vStateStatus\x12\x12\n" +
 	"\x04keys\x18\x01 \x01(\x04R\x04keys\x12\x19\n" +
 	"\bmax_keys\x18\x02 \x01(\x04R\amaxKeys\x12\x14\n" +
@@ -1514,7 +1672,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\arefused\x18\b \x01(\x04R\arefused\x12\x14\n" +
 	"\x05stale\x18\t \x01(\x04R\x05stale\x12\x1c\n" +
 	"\tcollected\x18\n" +
-	" \x01(\x04R\tcollected\"\xa1\x04\n" +
+	" \x01(\x04R\tcollected\"\xcc\x04\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
@@ -1539,7 +1697,23 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\x05stale\x18\x0f \x01(\x04R\x05stale\x12%\n" +
 	"\x0eacceptor_queue\x18\x10 \x01(\x04R\racceptorQueue\x12'\n" +
 	"\x0freprocess_queue\x18\x11 \x01(\x04R\x0ereprocessQueue\x12!\n" +
-	"\fidle_workers\x18\x12 \x01(\x04R\vidleWorkers*}\n" +
+	"\fidle_workers\x18\x12 \x01(\x04R\vidleWorkers\x12)\n" +
+	"\x04sync\x18\x13 \x01(\v2\x15.fanout.v1.SyncStatusR\x04sync\"\xe4\x02\n" +
+	"\n" +
+	"SyncStatus\x12\x16\n" +
+	"\x06rounds\x18\x01 \x01(\x04R\x06rounds\x12\x16\n" +
+	"\x06failed\x18\x02 \x01(\x04R\x06failed\x12=\n" +
+	"\flast_success\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vlastSuccess\x12>\n" +
+	"\rlast_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\flastDuration\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12\x16\n" +
+	"\x06pulled\x18\x06 \x01(\x04R\x06pulled\x12\x16\n" +
+	"\x06pushed\x18\a \x01(\x04R\x06pushed\x12!\n" +
+	"\fdigest_bytes\x18\b \x01(\x04R\vdigestBytes\x12\x14\n" +
+	"\x05bytes\x18\t \x01(\x04R\x05bytes\x12\x1f\n" +
+	"\vlast_leaves\x18\n" +
+	" \x01(\x04R\n" +
+	"lastLeaves*}\n" +
 	"\tAckPolicy\x12\x1a\n" +
 	"\x16ACK_POLICY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ACK_POLICY_QUEUED\x10\x01\x12\x12\n" +
@@ -1577,7 +1751,7 @@ func file_fanout_v1_fanout_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_fanout_v1_fanout_proto_goTypes = []any{
 	(AckPolicy)(0),                // 0: fanout.v1.AckPolicy
 	(EventOutcome)(0),             // 1: fanout.v1.EventOutcome
@@ -1596,43 +1770,47 @@ var file_fanout_v1_fanout_proto_goTypes = []any{
 	(*GetStatusResponse)(nil),     // 14: fanout.v1.GetStatusResponse
 	(*StateStatus)(nil),           // 15: fanout.v1.StateStatus
 	(*PeerStatus)(nil),            // 16: fanout.v1.PeerStatus
-	nil,                           // 17: fanout.v1.Event.AttributesEntry
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*SyncStatus)(nil),            // 17: fanout.v1.SyncStatus
+	nil,                           // 18: fanout.v1.Event.AttributesEntry
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_fanout_v1_fanout_proto_depIdxs = []int32{
-	17, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
-	18, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
+	18, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
+	19, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
 	3,  // 2: fanout.v1.SubmitRequest.events:type_name -> fanout.v1.Event
 	0,  // 3: fanout.v1.SubmitRequest.ack:type_name -> fanout.v1.AckPolicy
-	18, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
+	19, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
 	7,  // 5: fanout.v1.SubmitResponse.peer_acks:type_name -> fanout.v1.PeerAck
 	6,  // 6: fanout.v1.SubmitResponse.results:type_name -> fanout.v1.EventResult
 	1,  // 7: fanout.v1.EventResult.outcome:type_name -> fanout.v1.EventOutcome
 	2,  // 8: fanout.v1.PeerAck.state:type_name -> fanout.v1.PeerAckState
 	3,  // 9: fanout.v1.SubscribeResponse.event:type_name -> fanout.v1.Event
-	19, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
+	20, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
 	10, // 11: fanout.v1.SubscribeResponse.batch:type_name -> fanout.v1.Entry
 	3,  // 12: fanout.v1.Entry.event:type_name -> fanout.v1.Event
-	19, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
+	20, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
 	10, // 14: fanout.v1.GetResponse.entries:type_name -> fanout.v1.Entry
 	16, // 15: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
 	15, // 16: fanout.v1.GetStatusResponse.state:type_name -> fanout.v1.StateStatus
-	4,  // 17: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
-	4,  // 18: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
-	8,  // 19: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
-	11, // 20: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
-	13, // 21: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
-	5,  // 22: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
-	5,  // 23: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
-	9,  // 24: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
-	12, // 25: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
-	14, // 26: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	17, // 17: fanout.v1.PeerStatus.sync:type_name -> fanout.v1.SyncStatus
+	20, // 18: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
+	19, // 19: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
+	4,  // 20: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
+	4,  // 21: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
+	8,  // 22: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
+	11, // 23: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
+	13, // 24: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
+	5,  // 25: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
+	5,  // 26: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
+	9,  // 27: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
+	12, // 28: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
+	14, // 29: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_fanout_proto_init() }
@@ -1646,7 +1824,7 @@ func file_fanout_v1_fanout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_fanout_proto_rawDesc), len(file_fanout_v1_fanout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,295 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/antientropy"
+	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/state"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Catch-up (SPEC §14): the node bootstraps from its peers when it starts, then runs
+// one anti-entropy round every AntiEntropyInterval (jittered), with the peers in
+// turn. Rounds are pkg/antientropy's; this file schedules them, applies what they
+// bring, keeps their statistics per peer and the node's readiness.
+
+// SyncPeer is the anti-entropy side of a peer connection. A Replicator that is also a
+// SyncPeer (*peers.Conn) takes part in bootstrap and anti-entropy; one that is not
+// (*peers.FakeConn) only replicates.
+type SyncPeer = antientropy.Peer
+
+// roundTimeout bounds one anti-entropy round. Two minutes: a round that repairs a
+// million keys moves a few hundred MiB; one slower than that is retried next round.
+const roundTimeout = 2 * time.Minute
+
+// syncStats is one link's anti-entropy rounds, as this node called them.
+type syncStats struct {
+	mu                     sync.Mutex // guards everything below; the metrics collector reads under it
+	rounds, failed         uint64
+	lastSuccess            time.Time
+	lastDuration           time.Duration
+	lastErr                string
+	pulled, pushed         uint64
+	digestBytes, bytes     uint64
+	lastLeaves             int
+	inSync, repaired, errs uint64 // rounds by result, for metrics
+}
+
+func (s *syncStats) record(r antientropy.Result, err error, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rounds++
+	s.pulled += uint64(r.Pulled)
+	s.pushed += uint64(r.Pushed)
+	s.digestBytes += uint64(r.DigestBytes)
+	s.bytes += uint64(r.Bytes)
+	switch {
+	case err != nil:
+		s.failed++
+		s.errs++
+		s.lastErr = err.Error()
+		return
+	case r.InSync:
+		s.inSync++
+	default:
+		s.repaired++
+	}
+	s.lastErr, s.lastSuccess, s.lastDuration, s.lastLeaves = "", now, r.Duration, r.Leaves
+}
+
+func (s *syncStats) status() *fanoutv1.SyncStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &fanoutv1.SyncStatus{
+		Rounds: s.rounds, Failed: s.failed, LastError: s.lastErr,
+		Pulled: s.pulled, Pushed: s.pushed, DigestBytes: s.digestBytes, Bytes: s.bytes,
+		LastLeaves: uint64(s.lastLeaves),
+	}
+	if !s.lastSuccess.IsZero() {
+		st.LastSuccess = timestamppb.New(s.lastSuccess)
+		st.LastDuration = durationpb.New(s.lastDuration)
+	}
+	return st
+}
+
+// readiness is the named health service's state: not ready until bootstrap ends.
+type readiness struct {
+	mu     sync.Mutex
+	ready  bool   // guarded by mu
+	reason string // guarded by mu
+	done   chan struct{}
+}
+
+func (r *readiness) set(ready bool, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ready && !r.ready {
+		close(r.done)
+	}
+	r.ready = r.ready || ready
+	r.reason = reason
+}
+
+func (r *readiness) get() (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready, r.reason
+}
+
+// Ready is closed when the node's first sync with its peers has ended (or
+// SyncTimeout passed): the named health service fanout.v1.FanoutService turns SERVING.
+func (n *Node) Ready() <-chan struct{} { return n.readiness.done }
+
+// Readiness reports whether the node is ready, and why (or why not) in words.
+func (n *Node) Readiness() (bool, string) {
+	if n.draining.Load() {
+		return false, "draining: shutting down"
+	}
+	return n.readiness.get()
+}
+
+func (n *Node) newSyncer() (*antientropy.Syncer, error) {
+	return antientropy.New(antientropy.Config{
+		NodeID:       n.cfg.NodeID,
+		Table:        n.table,
+		Apply:        n.applySync,
+		MaxKeyBytes:  n.cfg.Limits.MaxTaskIDBytes,
+		MessageBytes: n.cfg.SyncMessageBytes,
+	})
+}
+
+// syncLinks are the links that take part in anti-entropy.
+func (n *Node) syncLinks() []*link {
+	var out []*link
+	for _, l := range *n.links.Load() {
+		if _, ok := l.conn.(SyncPeer); ok && !l.isSelf.Load() {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// antiEntropy bootstraps, then runs a round with the next peer every
+// AntiEntropyInterval, ±25 % so that a cluster started at once does not sync in step.
+func (n *Node) antiEntropy() {
+	n.bootstrap()
+	if n.cfg.AntiEntropyInterval <= 0 {
+		return
+	}
+	timer := time.NewTimer(jittered(n.cfg.AntiEntropyInterval))
+	defer timer.Stop()
+	for next := 0; ; next++ {
+		select {
+		case <-timer.C:
+		case <-n.ctx.Done():
+			return
+		}
+		if links := n.syncLinks(); len(links) > 0 && !n.draining.Load() {
+			l := links[next%len(links)]
+			if _, err := n.syncWith(l); err != nil {
+				n.log.Warn("anti-entropy round failed", "peer", l.addr, "err", err)
+			}
+		}
+		timer.Reset(jittered(n.cfg.AntiEntropyInterval))
+	}
+}
+
+func jittered(d time.Duration) time.Duration {
+	return d*3/4 + rand.N(d/2+1)
+}
+
+// syncWith runs one round with l and records it.
+func (n *Node) syncWith(l *link) (antientropy.Result, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, roundTimeout)
+	defer cancel()
+	r, err := n.syncer.Round(ctx, l.conn.(SyncPeer))
+	l.sync.record(r, err, n.cfg.Now())
+	if err == nil && !r.InSync {
+		n.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,
+			"pulled", r.Pulled, "pushed", r.Pushed, "bytes", r.Bytes, "duration", r.Duration.String())
+	}
+	return r, err
+}
+
+// bootstrap runs a first round with every peer at once, and makes the node ready when
+// all have ended (an unreachable peer ends at once) or SyncTimeout has passed. Rounds
+// still running then go on in the background.
+func (n *Node) bootstrap() {
+	links := n.syncLinks()
+	if len(links) == 0 {
+		n.readiness.set(true, "ready: no peers to sync with")
+		return
+	}
+	n.readiness.set(false, fmt.Sprintf("syncing with %d peers (bootstrap)", len(links)))
+	start := n.cfg.Now()
+	type outcome struct {
+		l   *link
+		r   antientropy.Result
+		err error
+	}
+	done := make(chan outcome, len(links))
+	for _, l := range links {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			r, err := n.bootstrapWith(l, start)
+			done <- outcome{l, r, err}
+		}()
+	}
+	var synced, unreachable, failed []string
+	pulled := 0
+	timeout := time.NewTimer(n.cfg.SyncTimeout)
+	defer timeout.Stop()
+	for range links {
+		select {
+		case o := <-done:
+			switch {
+			case o.err == nil:
+				synced = append(synced, o.l.addr)
+				pulled += o.r.Pulled
+			case errors.Is(o.err, peers.ErrNetwork):
+				unreachable = append(unreachable, o.l.addr)
+			default:
+				failed = append(failed, fmt.Sprintf("%s: %v", o.l.addr, o.err))
+			}
+		case <-timeout.C:
+			reason := fmt.Sprintf("ready: --sync-timeout %s passed; synced with %d of %d peers", n.cfg.SyncTimeout, len(synced), len(links))
+			n.log.Warn("bootstrap incomplete", "synced", synced, "unreachable", unreachable, "failed", failed, "reason", reason)
+			n.readiness.set(true, reason)
+			return
+		case <-n.ctx.Done():
+			return
+		}
+	}
+	reason := fmt.Sprintf("ready: synced with %d of %d peers", len(synced), len(links))
+	if len(unreachable) > 0 {
+		reason += fmt.Sprintf("; unreachable: %s", strings.Join(unreachable, ", "))
+	}
+	if len(failed) > 0 {
+		reason += fmt.Sprintf("; failed: %s", strings.Join(failed, "; "))
+	}
+	n.log.Info("bootstrap done", "pulled", pulled, "took", n.cfg.Now().Sub(start).String(), "reason", reason)
+	n.readiness.set(true, reason)
+}
+
+// bootstrapWith syncs with l, trying again while l is busy serving other rounds, up to
+// SyncTimeout.
+func (n *Node) bootstrapWith(l *link, start time.Time) (antientropy.Result, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		r, err := n.syncWith(l)
+		if !errors.Is(err, peers.ErrCongestion) || n.cfg.Now().Sub(start)+wait > n.cfg.SyncTimeout {
+			return r, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-n.ctx.Done():
+			return r, err
+		}
+	}
+}
+
+// applySync stores entries brought by anti-entropy (a Pull's answer, a peer's Push).
+// It validates all of them first, as Replicate validates an event, and refuses the
+// whole request naming the first bad one. Unlike Replicate it takes this node's own
+// writes too: a node restarted without --data-dir gets them back from its peers, and
+// its clock moves past them.
+func (n *Node) applySync(entries []*fanoutv1.SyncEntry) (int, error) {
+	if n.draining.Load() {
+		return 0, ErrDraining
+	}
+	now := n.cfg.Now()
+	limit := maxVersion(now, maxPeerAhead)
+	heads := make([]eventHead, len(entries))
+	for i, e := range entries {
+		h, ok := n.cfg.Limits.readEvent(e.GetEvent())
+		switch o := e.GetOrigin(); {
+		case !ok:
+			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")
+		case h.version == 0 || h.version > limit:
+			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%d is 0 or more than %s ahead of this node's clock", h.version, maxPeerAhead)
+		case o == "" || len(o) > n.cfg.Limits.MaxTaskIDBytes:
+			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), n.cfg.Limits.MaxTaskIDBytes)
+		}
+		heads[i] = h
+	}
+	applied := 0
+	for i, e := range entries {
+		h := heads[i]
+		n.clock.observe(h.version)
+		w := state.Write{Key: h.taskID, KeyOffset: h.taskOff, Raw: e.GetEvent(),
+			Stamp: state.Stamp{Version: h.version, Origin: e.GetOrigin()}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.deleted}
+		if n.table.Put(&w, now).Outcome == state.Applied {
+			applied++
+		}
+	}
+	return applied, nil
+}
