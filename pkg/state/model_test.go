@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -398,4 +399,46 @@ func FuzzTable(f *testing.F) {
 			ops = ops[4:]
 		}
 	})
+}
+
+// TestCollectedAndPastCompaction: Config.Collected hears the key of every tombstone
+// the table forgets, by Collect and by a Put at a bound; a scan with PastCompaction
+// reads on from below the compacted revision where a plain one is refused.
+func TestCollectedAndPastCompaction(t *testing.T) {
+	var forgotten []string
+	tab, err := New(Config{MaxKeys: 3, MaxBytes: 1000, TombstoneTTL: time.Second, FirstRevision: 50,
+		Collected: func(k []byte) { forgotten = append(forgotten, string(k)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	del := func(k string, v uint64) {
+		tab.Put(&Write{Key: []byte(k), Raw: []byte(k), Stamp: Stamp{Version: v, Origin: "a"}, Deleted: true}, now)
+	}
+	del("a", 1)                                                                                     // 51
+	del("b", 1)                                                                                     // 52
+	tab.Put(&Write{Key: []byte("c"), Raw: []byte("c"), Stamp: Stamp{Version: 1, Origin: "a"}}, now) // 53
+	now = now.Add(2 * time.Second)
+	if n := tab.Collect(now); n != 2 || !slices.Equal(forgotten, []string{"a", "b"}) {
+		t.Fatalf("Collect: %d, heard %q; want a and b", n, forgotten)
+	}
+	del("d", 1) // 54
+	del("e", 1) // 55
+	now = now.Add(2 * time.Second)
+	forgotten = nil
+	// The table is full (c, d, e): a new key collects the due tombstones first.
+	if r := tab.Put(&Write{Key: []byte("f"), Raw: []byte("f"), Stamp: Stamp{Version: 1, Origin: "a"}}, now); r.Outcome != Applied {
+		t.Fatalf("Put at the bound with due tombstones: %+v", r)
+	}
+	slices.Sort(forgotten)
+	if !slices.Equal(forgotten, []string{"d", "e"}) {
+		t.Fatalf("Put at the bound: heard %q, want d and e", forgotten)
+	}
+	if _, err := tab.Next(&Scan{After: 50, Deletions: true}, nil); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("a plain scan below the compacted revision: %v, want ErrCompacted", err)
+	}
+	got, err := tab.Next(&Scan{After: 50, Deletions: true, PastCompaction: true, MaxEntries: 10, MaxBytes: 100}, nil)
+	if err != nil || len(got) != 2 || string(got[0].Key) != "c" || string(got[1].Key) != "f" {
+		t.Fatalf("PastCompaction scan: %d entries, %v; want c and f", len(got), err)
+	}
 }

@@ -25,6 +25,10 @@ type Scan struct {
 	// After is below the compacted revision. Without it (a snapshot, a listing)
 	// deleted entries are skipped and compaction does not matter.
 	Deletions bool
+	// PastCompaction, with Deletions, reads on from below the compacted revision
+	// instead of refusing: for a reader that learns of collected tombstones another
+	// way (the --data-dir writer gets them from Collect).
+	PastCompaction bool
 	// Keep, if set, selects entries. It must not call the table.
 	Keep func(*Entry) bool
 	// MaxEntries and MaxBytes bound one Next call's result; Cost measures an entry
@@ -40,7 +44,7 @@ type Scan struct {
 func (t *Table) Next(s *Scan, buf []Entry) ([]Entry, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s.Deletions && s.After < t.st.Compacted {
+	if s.Deletions && !s.PastCompaction && s.After < t.st.Compacted {
 		return buf, fmt.Errorf("%w: revision %d is below %d, the oldest this node can resume from", ErrCompacted, s.After, t.st.Compacted)
 	}
 	p := t.log.after(s.After)

@@ -23,6 +23,10 @@ type Config struct {
 	// derived from its start time, so that a revision handed out before a restart is
 	// never mistaken for one of the new table's (Resume refuses it as compacted).
 	FirstRevision uint64
+	// Collected, if set, is called with the key of each tombstone the table forgets
+	// (by Collect, or by a Put at a bound), under the table's lock: it must copy what
+	// it keeps and must not call the table. The --data-dir writer deletes them.
+	Collected func(key []byte)
 }
 
 // DefaultConfig returns the defaults of the sidecar's flags, each with its reason.
@@ -451,6 +455,9 @@ func (t *Table) collect(now time.Time) int {
 		if t.ent(tb.ent).rev != tb.rev {
 			t.staleTombs--
 			continue // written again since: no longer this tombstone
+		}
+		if t.cfg.Collected != nil {
+			t.cfg.Collected(t.keyOf(t.ent(tb.ent)))
 		}
 		t.remove(tb.ent) // counts it as stale: undone below
 		t.staleTombs--
