@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,10 +25,16 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
+// readinessService is the named health service of the app listener: NOT_SERVING until
+// the node's bootstrap sync with its peers has ended (or --sync-timeout passed), and
+// while it drains. The empty service name is liveness: SERVING once the process
+// listens (SPEC §14).
+const readinessService = "fanout.v1.FanoutService"
+
 // Deadlines of the harness. They are generous for a loaded 2-core CI machine; a
 // healthy run never comes close.
 const (
-	readyTimeout = 15 * time.Second // from exec to health SERVING
+	readyTimeout = 15 * time.Second // from exec to a health service SERVING
 	exitTimeout  = 15 * time.Second // from a signal to process exit (beyond --shutdown-timeout)
 	pollInterval = 10 * time.Millisecond
 	logTailBytes = 32 << 10 // how much of a node's log a failed test prints
@@ -70,9 +79,10 @@ type node struct {
 	peers   map[int]string
 	logPath string
 
-	cmd  *exec.Cmd        // nil before the first start
-	done chan struct{}    // closed when cmd has exited; cmd.ProcessState is then set
-	cc   *grpc.ClientConn // app listener connection of the current process
+	cmd      *exec.Cmd        // nil before the first start
+	done     chan struct{}    // closed when cmd has exited; cmd.ProcessState is then set
+	cc       *grpc.ClientConn // app listener connection of the current process
+	launched time.Time        // when the current process was started
 }
 
 // newCluster allocates ports for every spec and returns the cluster unstarted, so that
@@ -113,7 +123,7 @@ func startCluster(t *testing.T, ss ...nodeSpec) *cluster {
 // listener) instead of to's own peer address. Call it before start or restart.
 func (c *cluster) route(from, to int, addr string) { c.nodes[from].peers[to] = addr }
 
-// start starts every node and waits until all are healthy.
+// start starts every node and waits until all are live and ready (bootstrapped).
 func (c *cluster) start() {
 	c.t.Helper()
 	for _, n := range c.nodes {
@@ -223,7 +233,7 @@ func (n *node) launch() {
 	if err := cmd.Start(); err != nil {
 		n.t.Fatalf("node %d: start: %v", n.index, err)
 	}
-	n.cmd, n.done = cmd, make(chan struct{})
+	n.cmd, n.done, n.launched = cmd, make(chan struct{}), time.Now()
 	done := n.done
 	go func() {
 		cmd.Wait() // the exit status is read from cmd.ProcessState
@@ -248,9 +258,20 @@ func dialFast(addr string) (*grpc.ClientConn, error) {
 		}))
 }
 
-// waitReady polls the app listener's health service until it reports SERVING. It fails
-// the test if the process exits first or readyTimeout passes.
+// waitReady waits until the node is live (the empty health service name SERVING)
+// and ready (readinessService SERVING: its bootstrap sync has ended). It fails the
+// test if the process exits first or readyTimeout passes for either.
 func (n *node) waitReady() {
+	n.t.Helper()
+	n.waitServing("")
+	n.waitServing(readinessService)
+}
+
+// waitServing polls the app listener's health service named service ("" is
+// liveness) until it reports SERVING, and returns how long after the process's
+// start that was. It fails the test if the process exits first or readyTimeout
+// passes.
+func (n *node) waitServing(service string) time.Duration {
 	n.t.Helper()
 	hc := healthpb.NewHealthClient(n.cc)
 	deadline := time.Now().Add(readyTimeout)
@@ -259,31 +280,36 @@ func (n *node) waitReady() {
 	var last error
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
+			return time.Since(n.launched)
 		}
 		last = err
 		if err == nil {
 			last = fmt.Errorf("health %s", resp.GetStatus())
 		}
 		if time.Now().After(deadline) {
-			n.t.Fatalf("node %d (%s) not ready after %s: %v", n.index, n.spec.ID, readyTimeout, last)
+			n.t.Fatalf("node %d (%s): health service %q not SERVING after %s: %v", n.index, n.spec.ID, service, readyTimeout, last)
 		}
 		select {
 		case <-n.done:
-			n.t.Fatalf("node %d (%s) exited before it was ready: %s", n.index, n.spec.ID, n.cmd.ProcessState)
+			n.t.Fatalf("node %d (%s) exited before health service %q was SERVING: %s", n.index, n.spec.ID, service, n.cmd.ProcessState)
 		case <-tick.C:
 		}
 	}
 }
 
-// health returns the app listener's health status, or an error.
+// health returns the app listener's liveness (the empty service name), or an error.
 func (n *node) health() (healthpb.HealthCheckResponse_ServingStatus, error) {
+	return n.healthOf("")
+}
+
+// healthOf returns the status of the app listener's health service named service.
+func (n *node) healthOf(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(n.cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	resp, err := healthpb.NewHealthClient(n.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	return resp.GetStatus(), err
 }
 
@@ -299,6 +325,64 @@ func (n *node) status() (*fanoutv1.GetStatusResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return n.client().GetStatus(ctx, &fanoutv1.GetStatusRequest{})
+}
+
+// readiness returns GetStatus's ready and ready_reason.
+func (n *node) readiness() (bool, string, error) {
+	st, err := n.status()
+	return st.GetReady(), st.GetReadyReason(), err
+}
+
+// metric scrapes n's /metrics (--admin-addr) and returns the sum of the samples of
+// name whose labels include every label given as `key="value"`.
+func (n *node) metric(name string, labels ...string) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.adminAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("node %s /metrics: %w", n.spec.ID, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("node %s /metrics: %s, %v", n.spec.ID, resp.Status, err)
+	}
+	sum, found := 0.0, false
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest[0] != '{' && rest[0] != ' ') {
+			continue // a comment, another metric or one whose name only begins with name
+		}
+		lbls, value := "", strings.TrimSpace(rest)
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			lbls, value = rest[:i+1], strings.TrimSpace(rest[i+1:])
+		}
+		if !all(labels, func(l string) bool { return strings.Contains(lbls, l) }) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return 0, fmt.Errorf("node %s /metrics: %q: %w", n.spec.ID, line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("node %s /metrics has no %s with %v", n.spec.ID, name, labels)
+	}
+	return sum, nil
+}
+
+func all[T any](s []T, f func(T) bool) bool {
+	for _, v := range s {
+		if !f(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // peerStatus returns the entry of n's GetStatus for the peer it reaches at the

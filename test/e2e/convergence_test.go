@@ -24,7 +24,8 @@ import (
 //	    newest write.
 //	(a') every live node's state table (Get) holds that winner of every task, or
 //	    omits the task if the winner is a deletion. A node restarted since the check
-//	    began has lost its memory-only state: whatever it holds must be the winner.
+//	    began lost its memory-only state, and got it back from its peers: bootstrap
+//	    and anti-entropy (SPEC §14) repair it, so it too must hold every winner.
 //	(b) no Subscribe stream ever sees a task's version go backwards (or repeat), and
 //	    its revisions rise (recorder.checkMonotonic).
 //
@@ -108,16 +109,13 @@ type convergence struct {
 	t       *testing.T
 	c       *cluster
 	streams [][]*recorder // per node index; the last one is current unless closed
-	// restarted[i] says that node i's process was restarted since watch: its state
-	// table holds only what reached it since.
-	restarted []bool
 }
 
 // watch subscribes to every running node of c, with a snapshot: the app reads the
 // node's current state, then every change (list+watch, SPEC §13).
 func watch(t *testing.T, c *cluster) *convergence {
 	t.Helper()
-	cv := &convergence{t: t, c: c, streams: make([][]*recorder, len(c.nodes)), restarted: make([]bool, len(c.nodes))}
+	cv := &convergence{t: t, c: c, streams: make([][]*recorder, len(c.nodes))}
 	for i, n := range c.nodes {
 		if n.running() {
 			cv.open(i, subOpts{snapshot: true})
@@ -134,15 +132,15 @@ func (cv *convergence) open(i int, o subOpts) {
 	cv.streams[i] = append(cv.streams[i], r)
 }
 
-// restart restarts node i (it must have exited), waits until it is ready, and
-// subscribes with a snapshot: whatever its peers resent to it before the app
-// connected is in the snapshot. It returns how long the node took to be ready.
+// restart restarts node i (it must have exited), waits until it is ready (it has
+// bootstrapped from its peers), and subscribes with a snapshot: whatever its peers
+// sent it before the app connected is in the snapshot. It returns how long the node
+// took to be ready.
 func (cv *convergence) restart(i int) time.Duration {
 	cv.t.Helper()
 	start := time.Now()
 	cv.c.node(i).restart()
 	took := time.Since(start)
-	cv.restarted[i] = true
 	cv.open(i, subOpts{snapshot: true})
 	return took
 }
@@ -260,7 +258,7 @@ func (cv *convergence) checkState(l *ledger, live []int) error {
 		if err != nil {
 			return err
 		}
-		if err := diffState(n.spec.ID, got, winner, cv.restarted[i]); err != nil {
+		if err := diffState(n.spec.ID, got, winner, false); err != nil {
 			return err
 		}
 	}

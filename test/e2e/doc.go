@@ -6,10 +6,12 @@
 //
 //   - main_test.go builds the binary and internal/watcher (TestMain) and checks for
 //     leaked goroutines.
-//   - cluster_test.go starts N processes with free ports, waits for their health
-//     service, and stops, kills, signals and restarts them (with changed flags, if
-//     need be). A node's --peers entry can be routed through another address (a
-//     proxy) before the cluster starts.
+//   - cluster_test.go starts N processes with free ports, waits until each is live
+//     (the empty health service name) and ready (the named service
+//     fanout.v1.FanoutService: its bootstrap sync has ended), and stops, kills,
+//     signals and restarts them (with changed flags, if need be). A node's --peers
+//     entry can be routed through another address (a proxy) before the cluster
+//     starts. It reads GetStatus (readiness, peers) and /metrics.
 //   - recorder_test.go subscribes to a node (any SubscribeRequest: prefix, snapshot,
 //     from_revision, include_own, batches) and records every delivery with its
 //     revision, and checks what a stream promises: versions never go backwards,
@@ -25,8 +27,9 @@
 //   - convergence_test.go is the convergence checker: a ledger of what every origin
 //     accepted, and the deliveries of every node across restarts and reconnects. It
 //     checks that every live node's app and state table end with the winning
-//     (version, origin) of every task, and that no Subscribe stream ever sees a
-//     version go backwards.
+//     (version, origin) of every task (a restarted node too: bootstrap and
+//     anti-entropy bring it back), and that no Subscribe stream ever sees a version
+//     go backwards.
 //   - faults_test.go is the fault matrix of docs/RELIABILITY.md: kill -9, SIGSTOP, a
 //     slow and cut link (an in-process toxiproxy), a state table at its bound, an
 //     absent app, a killed origin and two origins on the same tasks, each during a
