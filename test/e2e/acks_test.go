@@ -42,6 +42,35 @@ func peerAck(t *testing.T, c *cluster, from, to int, resp *fanoutv1.SubmitRespon
 	return nil
 }
 
+// warmUp submits one event to A and waits until A has delivered it to each of the
+// peers to: A's connections to them are then up. A starts before its peers, so its
+// bootstrap finds them unreachable, and gRPC keeps a connection that failed fast-
+// failing until it has reconnected (sticky TRANSIENT_FAILURE, up to --peers' reconnect
+// backoff): a Replicate sent meanwhile fails at once, and A pauses that peer for
+// --network-failure-retry-delay. A test that times A's first deliveries, or needs a
+// Replicate to hang on a frozen peer, warms up first.
+func warmUp(t *testing.T, c *cluster, to ...int) {
+	t.Helper()
+	before := make([]uint64, len(to))
+	for k, i := range to {
+		p, err := c.node(0).peerStatus(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[k] = p.GetSucceeded()
+	}
+	submitResp(t, c, 0, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "acks/warm-up"}}}, nil)
+	for k, i := range to {
+		eventually(t, 5*time.Second, "A delivers the warm-up to "+c.node(i).spec.ID, func() error {
+			p, err := c.node(0).peerStatus(i)
+			if err == nil && p.GetSucceeded() == before[k] {
+				return fmt.Errorf("succeeded %d, breaker %s, transient %d", p.GetSucceeded(), p.GetBreaker(), p.GetTransient())
+			}
+			return err
+		})
+	}
+}
+
 func TestAcks(t *testing.T) {
 	all, one := fanoutv1.AckPolicy_ACK_POLICY_ALL, fanoutv1.AckPolicy_ACK_POLICY_ONE
 	const ackedState = fanoutv1.PeerAckState_PEER_ACK_STATE_ACKED
@@ -57,6 +86,7 @@ func TestAcks(t *testing.T) {
 
 	t.Run("ALL with a killed peer is unsatisfied and names it; ONE is satisfied", func(t *testing.T) {
 		c := startCluster(t, specs(3)...)
+		warmUp(t, c, 1, 2) // B must ack within the ack_timeout
 		c.node(2).kill()
 		const timeout = 700 * time.Millisecond
 		resp, took := ackSubmit(t, c, 0, all, timeout, "acks/k")
@@ -77,7 +107,9 @@ func TestAcks(t *testing.T) {
 
 	t.Run("DROPPED when a tiny buffer overflows", func(t *testing.T) {
 		c := startCluster(t, specs(3, "--max-buffer=1", "--workers=1", "--max-batch=1")...)
-		c.node(2).signal(syscall.SIGSTOP) // C hangs: A's only worker for C stays busy
+		warmUp(t, c, 2) // so that a Replicate to frozen C hangs rather than fails fast
+		c.node(2).signal(syscall.SIGSTOP)
+		// C hangs: A's only worker for C stays busy
 		defer c.node(2).signal(syscall.SIGCONT)
 		if _, err := c.client(0).Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "acks/hold"}}}); err != nil {
 			t.Fatal(err)
