@@ -30,8 +30,9 @@ const bootstrapReady = 5 * time.Second
 //     at the same (version, origin) as A, and what C pulled by bootstrap and what A
 //     and B had replicated to it by then add up to every key.
 //   - Restarted while its link to A answers nothing for 10s, C is live and takes
-//     Submits, but stays NOT_SERVING (ready false, "syncing") until --sync-timeout
-//     passes; then it is ready with every key, which it got from B.
+//     Submits, but stays NOT_SERVING (GetStatus ready false, "syncing"; fanout_ready
+//     0) until --sync-timeout passes; then it is ready with every key, which it got
+//     from B.
 //
 // Every node ends with every winner; no Subscribe stream sees a version go backwards.
 func TestBootstrapNewNode(t *testing.T) {
@@ -109,6 +110,9 @@ func TestBootstrapNewNode(t *testing.T) {
 	if ok, reason, err := cn.readiness(); ok || !strings.Contains(reason, "(bootstrap)") {
 		t.Errorf("C's GetStatus while it bootstraps: ready %t, reason %q (%v); want not ready, syncing (bootstrap)", ok, reason, err)
 	}
+	if v, err := cn.metric("fanout_ready"); err != nil || v != 0 {
+		t.Errorf("C's fanout_ready while it bootstraps: %v (%v), want 0", v, err)
+	}
 	resp := submitResp(t, c, 2, &fanoutv1.SubmitRequest{Events: changes("bootstrap/while-syncing/", "C", 1, 1)[0]}, l)
 	if r := resp.GetResults()[0].GetOutcome(); r != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED {
 		t.Errorf("Submit to C while it bootstraps: %s, want ACCEPTED", r)
@@ -120,6 +124,9 @@ func TestBootstrapNewNode(t *testing.T) {
 	}
 	if ready < syncTimeout {
 		t.Errorf("C was ready %s after its start, before its --sync-timeout %s, with A not answering", ms(ready), syncTimeout)
+	}
+	if v, err := cn.metric("fanout_ready"); err != nil || v != 1 {
+		t.Errorf("C's fanout_ready once ready: %v (%v), want 1", v, err)
 	}
 	winner, _ = l.snapshot()
 	got, err = getIDs(cn, slices.Sorted(maps.Keys(winner)))
@@ -154,9 +161,10 @@ const (
 //   - B killed with kill -9: once restarted, B is ready within aeRepair, and at that
 //     moment holds every key's latest (version, origin). Bootstrap repaired it: the
 //     keys it pulled, plus what A's queue still held for it, are every key.
-//   - B frozen with SIGSTOP (its process lives on, with the older versions): A's
-//     queue for B overflows, and once B resumes, periodic anti-entropy rounds (its
-//     bootstrap is long over) give it every key's latest within aeRepair. The keys
+//   - B frozen with SIGSTOP (its process lives on, with the older versions) while
+//     A changes 12,000 keys, one in ten a deletion: A's queue for B overflows, and
+//     once B resumes, periodic anti-entropy rounds (its bootstrap is long over) give
+//     it every key's latest within aeRepair, tombstones included. The keys
 //     stored at B by sync rounds are at least the events A's queue evicted, and
 //     /metrics fanout_sync_keys_repaired_total agrees with GetStatus.
 //
@@ -212,7 +220,7 @@ func TestAntiEntropyRepairsOverflow(t *testing.T) {
 	in0 = syncInto(t, c, 1)
 	ov0 = peerOf(t, a, 1).GetOverflow()
 	b.signal(syscall.SIGSTOP)
-	submit(t, c, 0, changes("overflow/", "v3", overflowKeys, 1000), l)
+	submit(t, c, 0, deleteEvery(changes("overflow/", "v3", overflowKeys, 1000), 10), l)
 	waitOverflow(t, a, 1, ov0)
 	b.signal(syscall.SIGCONT)
 	resumed := time.Now()
@@ -234,9 +242,9 @@ func TestAntiEntropyRepairsOverflow(t *testing.T) {
 		t.Errorf("sync rounds stored %d keys at B, fewer than the %d events A's queue for B evicted (%s)", in.total(), evicted, in)
 	}
 	checkSyncMetrics(t, c, 1)
-	t.Logf("SIGSTOP: A's queue for B evicted %d of %d changes; B had every key %s after SIGCONT (anti-entropy interval %s); "+
+	t.Logf("SIGSTOP: A's queue for B evicted %d of %d changes (%d deletions among the changes); B had every key %s after SIGCONT (anti-entropy interval %s); "+
 		"repaired by anti-entropy rounds: sync into B %s; B's rounds: %s",
-		evicted, overflowKeys, ms(repairedIn), aeInterval, in, syncSummary(t, c, 1))
+		evicted, overflowKeys, overflowKeys/10, ms(repairedIn), aeInterval, in, syncSummary(t, c, 1))
 }
 
 // changes returns n events in requests of batch: task prefix+"%05d", payload
@@ -250,6 +258,20 @@ func changes(prefix, label string, n, batch int) [][]*fanoutv1.Event {
 			events = append(events, &fanoutv1.Event{TaskId: id, Payload: []byte(id + "@" + label)})
 		}
 		reqs = append(reqs, events)
+	}
+	return reqs
+}
+
+// deleteEvery turns every k-th event of reqs into a deletion of its task.
+func deleteEvery(reqs [][]*fanoutv1.Event, k int) [][]*fanoutv1.Event {
+	i := 0
+	for _, events := range reqs {
+		for _, ev := range events {
+			if i%k == 0 {
+				ev.Payload, ev.Deleted = nil, true
+			}
+			i++
+		}
 	}
 	return reqs
 }
