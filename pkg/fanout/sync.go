@@ -171,13 +171,29 @@ func jittered(d time.Duration) time.Duration {
 func (n *Node) syncWith(l *link) (antientropy.Result, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, roundTimeout)
 	defer cancel()
-	r, err := n.syncer.Round(ctx, l.conn.(SyncPeer))
+	r, err := n.syncer.Round(ctx, digestBounded{l.conn.(SyncPeer), n.cfg.ReplicateTimeout})
 	l.sync.record(r, err, n.cfg.Now())
 	if err == nil && !r.InSync {
 		n.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,
 			"pulled", r.Pulled, "pushed", r.Pushed, "bytes", r.Bytes, "duration", r.Duration.String())
 	}
 	return r, err
+}
+
+// digestBounded bounds each Digest call of a round by ReplicateTimeout. A round as a
+// whole may take roundTimeout (a big Pull), but a Digest answer is at most 512 KiB: a
+// peer that gives none within the time a Replicate may take is frozen or cut off.
+// Waiting for it longer would hold up this node's rounds with every other peer, since
+// they run one at a time.
+type digestBounded struct {
+	SyncPeer
+	timeout time.Duration
+}
+
+func (p digestBounded) Digest(ctx context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return p.SyncPeer.Digest(ctx, req)
 }
 
 // bootstrap runs a first round with every peer at once, and makes the node ready when
