@@ -418,3 +418,55 @@ func checkSyncMetrics(t *testing.T, c *cluster, i int) {
 		}
 	}
 }
+
+// TestAntiEntropyPastFrozenPeer freezes C (SIGSTOP) with A's and B's connections to it
+// up, for long enough that A's and B's rounds, which take their peers in turn, come
+// to C. Then B misses changes: frozen a moment while A changes 12,000 keys, A's queue
+// for it overflows. With C still frozen, B must get every change from A by
+// anti-entropy within frozenPeerRepair: a peer that does not answer holds up the
+// rounds with it, not a node's rounds with every other peer.
+func TestAntiEntropyPastFrozenPeer(t *testing.T) {
+	const interval = time.Second
+	c := startCluster(t, specs(3, fmt.Sprintf("--max-buffer=%d", overflowBuffer), "--anti-entropy-interval="+interval.String(),
+		"--replicate-timeout=1s", "--breaker-open=500ms", "--network-failure-retry-delay=200ms")...)
+	a, b, cn := c.node(0), c.node(1), c.node(2)
+	cv := watch(t, c)
+	for _, n := range []*node{a, b} {
+		eventually(t, convergeTimeout, n.spec.ID+" completes a round with C", func() error {
+			p, err := n.peerStatus(2)
+			if err == nil && p.GetSync().GetLastSuccess() == nil {
+				err = fmt.Errorf("sync with C: %v", p.GetSync())
+			}
+			return err
+		})
+	}
+	cn.signal(syscall.SIGSTOP)
+	// The fault's duration: rounds come every interval ±25 %, each with the next peer,
+	// so within three intervals A's and B's next round is with C.
+	<-time.After(3 * interval)
+	b.signal(syscall.SIGSTOP)
+	ov0 := peerOf(t, a, 1).GetOverflow()
+	l := newLedger()
+	submit(t, c, 0, changes("frozenpeer/", "v1", overflowKeys, 1000), l)
+	waitOverflow(t, a, 1, ov0)
+	b.signal(syscall.SIGCONT)
+	resumed := time.Now()
+	winner, _ := l.snapshot()
+	ids := slices.Sorted(maps.Keys(winner))
+	// A round with frozen C fails after --replicate-timeout (1s); the next round, at
+	// most 1.25 intervals later, is with the other peer. A and B each get there.
+	const frozenPeerRepair = 2*time.Second + 3*interval
+	eventually(t, frozenPeerRepair, "B has every change, C still frozen", func() error {
+		got, err := getIDs(b, ids)
+		if err != nil {
+			return err
+		}
+		return diffState("B", got, winner, false)
+	})
+	repairedIn := time.Since(resumed)
+	evicted := peerOf(t, a, 1).GetOverflow() - ov0
+	t.Logf("C frozen: A's queue for B evicted %d of %d changes; B had every key %s after SIGCONT; A's rounds: %s; B's rounds: %s",
+		evicted, overflowKeys, ms(repairedIn), syncSummary(t, c, 0), syncSummary(t, c, 1))
+	cn.signal(syscall.SIGCONT)
+	cv.wait(convergeTimeout, l, 0, 1, 2)
+}
