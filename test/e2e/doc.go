@@ -31,8 +31,9 @@
 //     anti-entropy bring it back), and that no Subscribe stream ever sees a version
 //     go backwards.
 //   - catchup_test.go checks catch-up (SPEC §14) with real processes: a new node
-//     bootstraps 10,000 keys before it turns ready, and anti-entropy repairs what an
-//     overflowing queue lost for a killed or a frozen peer.
+//     bootstraps 10,000 keys before it turns ready, anti-entropy repairs what an
+//     overflowing queue lost for a killed or a frozen peer, and a frozen peer does
+//     not hold up the repair between the others.
 //   - faults_test.go is the fault matrix of docs/RELIABILITY.md: kill -9, SIGSTOP, a
 //     slow and cut link (an in-process toxiproxy), a state table at its bound, an
 //     absent app, a killed origin and two origins on the same tasks, each during a
