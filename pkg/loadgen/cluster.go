@@ -43,6 +43,7 @@ type child struct {
 }
 
 // spawnArgs is the serve command line of node i of n, given every node's peer address.
+// "{id}" in an extra flag becomes the node's id.
 func spawnArgs(i int, id, appAddr string, peerAddrs []string, extra []string) []string {
 	others := make([]string, 0, len(peerAddrs)-1)
 	for j, a := range peerAddrs {
@@ -58,7 +59,10 @@ func spawnArgs(i int, id, appAddr string, peerAddrs []string, extra []string) []
 		"--peers=" + strings.Join(others, ","),
 		"--log-level=warn",
 	}
-	return append(args, extra...) // a later flag wins: --log-level can be overridden
+	for _, f := range extra { // a later flag wins: --log-level can be overridden
+		args = append(args, strings.ReplaceAll(f, "{id}", id)) // one --data-dir per node
+	}
+	return args
 }
 
 // startCluster spawns cfg.Spawn nodes on free loopback ports, in a full mesh, and waits

@@ -55,13 +55,13 @@ func TestValidateNamesTheFlag(t *testing.T) {
 func TestServeFlagsPassThrough(t *testing.T) {
 	c := DefaultConfig()
 	c.Binary = "/bin/sidecar"
-	c.ServeFlags = []string{"--workers=8", "--max-batch", "500", "--log-level=info"}
+	c.ServeFlags = []string{"--workers=8", "--max-batch", "500", "--log-level=info", "--data-dir=/d/{id}"}
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
 	args := spawnArgs(1, "bench-1", "127.0.0.1:1", []string{"127.0.0.1:10", "127.0.0.1:11", "127.0.0.1:12"}, c.ServeFlags)
 	want := []string{"serve", "--node-id=bench-1", "--app-addr=127.0.0.1:1", "--peer-addr=127.0.0.1:11", "--admin-addr=",
-		"--peers=127.0.0.1:10,127.0.0.1:12", "--log-level=warn", "--workers=8", "--max-batch", "500", "--log-level=info"}
+		"--peers=127.0.0.1:10,127.0.0.1:12", "--log-level=warn", "--workers=8", "--max-batch", "500", "--log-level=info", "--data-dir=/d/bench-1"}
 	if strings.Join(args, " ") != strings.Join(want, " ") {
 		t.Fatalf("spawnArgs =\n%q\nwant\n%q", args, want)
 	}
