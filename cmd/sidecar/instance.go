@@ -16,6 +16,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/store"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,10 @@ type instanceConfig struct {
 	appLis, peerLis              net.Listener
 	node                         fanout.Config
 	log                          *slog.Logger
+	// dataDir is --data-dir ("": memory only). nodeIDGiven: node.NodeID was set by
+	// the operator, so a data dir saved with another id is an error.
+	dataDir     string
+	nodeIDGiven bool
 }
 
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
@@ -49,6 +54,7 @@ type instance struct {
 	appHealth  *health.Server
 	peerHealth *health.Server
 	admin      *http.Server
+	store      *store.Store // --data-dir; nil without one
 	log        *slog.Logger
 	appAddr    string
 	peerAddr   string
@@ -74,15 +80,27 @@ func startInstance(c instanceConfig) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	var st *store.Store
+	if c.dataDir != "" {
+		if st, err = openStore(c.dataDir, &c.node, c.nodeIDGiven, c.log); err != nil {
+			appLis.Close()
+			peerLis.Close()
+			return nil, err
+		}
+		c.node.Store = st
+	}
 	node, err := fanout.New(c.node)
 	if err != nil {
 		appLis.Close()
 		peerLis.Close()
+		if st != nil {
+			st.Close()
+		}
 		return nil, err
 	}
 	reg.MustRegister(fanout.NewCollector(node))
 
-	inst := &instance{node: node, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
+	inst := &instance{node: node, store: st, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
 	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
 	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
@@ -118,6 +136,32 @@ func startInstance(c instanceConfig) (*instance, error) {
 		"admin_addr", c.adminAddr, "peers", c.node.Peers)
 	c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted", "peer_addr", inst.peerAddr)
 	return inst, nil
+}
+
+// openStore opens --data-dir and reconciles the node id with the one saved there:
+// a new data dir saves cfg.NodeID; an old one gives its id unless the operator set
+// another, which is an error (the saved records' origin is the saved id).
+func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*store.Store, error) {
+	st, err := store.Open(dir, store.Config{Logger: log.With("component", "store")})
+	if err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	switch saved := st.NodeID(); {
+	case saved == "":
+		err = st.SetNodeID(cfg.NodeID)
+	case saved == cfg.NodeID:
+	case given:
+		err = fmt.Errorf("--data-dir %s belongs to node %q, not --node-id %q: give each node its own data dir, or start this one with --node-id %q",
+			dir, saved, cfg.NodeID, saved)
+	default:
+		log.Info("node id from the data dir", "node_id", saved, "hostname", cfg.NodeID, "data_dir", dir)
+		cfg.NodeID = saved
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
 }
 
 func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*grpc.Server, *health.Server) {
@@ -214,27 +258,50 @@ func (inst *instance) startAdmin(addr string, reg *prometheus.Registry) error {
 	return nil
 }
 
-// shutdown is SPEC §9's graceful stop: refuse new submissions (health NOT_SERVING),
-// keep sending until the queues are empty or ctx is done, then stop everything. It
-// returns the drain error, if any (a deadline means events were left unsent).
+// shutdown is SPEC §9's and §14's graceful stop: refuse new submissions and peer
+// traffic (health NOT_SERVING; the senders keep their events), keep sending until the
+// queues are empty or ctx is done, then stop everything; with --data-dir the state's
+// last changes are committed before the store closes. It returns the drain error, if
+// any (a deadline means events were left unsent).
 func (inst *instance) shutdown(ctx context.Context) error {
 	inst.appHealth.Shutdown()
-	err := inst.node.Drain(ctx)
-	if err != nil {
-		inst.log.Warn("drain incomplete; queued events are dropped", "err", err)
-	} else {
-		inst.log.Info("drained: every queued event was sent")
-	}
 	inst.peerHealth.Shutdown()
-	inst.node.Close() // ends Subscribe streams
+	rep, err := inst.node.Drain(ctx)
+	inst.logDrain(rep, err)
+	inst.node.Close() // ends Subscribe streams; commits the last changes to the data dir
 	stopGracefully(inst.app, time.Second)
 	stopGracefully(inst.peer, time.Second)
 	if inst.admin != nil {
 		inst.admin.Close()
 	}
 	inst.wg.Wait()
+	if inst.store != nil {
+		if cerr := inst.store.Close(); cerr != nil {
+			inst.log.Error("closing the data dir", "err", cerr)
+		}
+	}
 	inst.log.Info("sidecar stopped")
 	return err
+}
+
+// logDrain says exactly what the drain did with the queued events: sent, kept (in
+// the data dir, for anti-entropy after the restart) and dropped.
+func (inst *instance) logDrain(r fanout.DrainReport, err error) {
+	kept, dropped := uint64(0), r.Unsent
+	if r.Durable {
+		kept, dropped = r.Unsent, 0
+	}
+	attrs := []any{"sent", r.Sent, "kept", kept, "dropped", dropped, "peers", r.Peers, "keys", r.Keys, "data_dir", r.Durable}
+	switch {
+	case r.Unsent == 0 && err == nil:
+		inst.log.Info("drained: every queued event was sent", attrs...)
+	case r.Durable:
+		inst.log.Info("drain ended with events unsent: they are kept in the data dir, and anti-entropy sends them after the restart",
+			append(attrs, "err", err)...)
+	default:
+		inst.log.Warn("drain ended with events unsent: they are dropped (no --data-dir); a peer gets them only from a node that has them",
+			append(attrs, "err", err)...)
+	}
 }
 
 // stopGracefully lets in-flight RPCs finish for up to grace, then cuts them.

@@ -43,6 +43,13 @@ func TestInstanceWiring(t *testing.T) {
 	if err != nil || st.GetNodeId() != "wired" || len(st.GetPeers()) != 1 {
 		t.Fatalf("GetStatus over the unix socket: %v, %v", st, err)
 	}
+	var table strings.Builder
+	printStatus(&table, st)
+	for _, want := range []string{"ready ", "SYNC ROUNDS", "127.0.0.1:1"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("sidecar status output lacks %q:\n%s", want, table.String())
+		}
+	}
 	for path, want := range map[string]string{
 		"/metrics": `fanout_peer_events_total{kind="accepted",peer="127.0.0.1:1"}`,
 		"/healthz": "ok",
@@ -85,4 +92,60 @@ func httpGet(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestInstanceDataDir: an instance on --data-dir keeps its keys and its node id across
+// a restart, refuses an explicit other node id, lets a second instance know the dir is
+// taken, and logs the drain's counts.
+func TestInstanceDataDir(t *testing.T) {
+	dir := t.TempDir()
+	start := func(id string, given bool, logTo io.Writer) (*instance, error) {
+		cfg := fanout.DefaultConfig()
+		cfg.NodeID = id
+		return startInstance(instanceConfig{appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg,
+			log: slog.New(slog.NewJSONHandler(logTo, nil)), dataDir: dir, nodeIDGiven: given})
+	}
+	var log1 strings.Builder
+	inst, err := start("first", true, &log1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cc, err := dialApp(inst.appAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := fanoutv1.NewFanoutServiceClient(cc)
+	if _, err := app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Payload: []byte("v")}}}); err != nil {
+		t.Fatal(err)
+	}
+	cc.Close()
+	if _, err := start("other", true, io.Discard); err == nil || !strings.Contains(err.Error(), "in use by another sidecar") {
+		t.Fatalf("a second instance on the same --data-dir: %v; want it refused as in use", err)
+	}
+	if err := inst.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log1.String(), `"msg":"drained: every queued event was sent","sent":0,"kept":0,"dropped":0,"peers":0,"keys":1,"data_dir":true`) {
+		t.Fatalf("drain log line missing or wrong:\n%s", log1.String())
+	}
+
+	if _, err := start("other", true, io.Discard); err == nil || !strings.Contains(err.Error(), `belongs to node "first"`) {
+		t.Fatalf("restart with another explicit --node-id: %v; want it refused naming the saved id", err)
+	}
+	inst, err = start("hostname", false, io.Discard) // no --node-id: the saved one
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.shutdown(ctx)
+	cc, err = dialApp(inst.appAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := fanoutv1.NewFanoutServiceClient(cc).Get(ctx, &fanoutv1.GetRequest{TaskIds: []string{"k"}})
+	if err != nil || len(resp.GetEntries()) != 1 || resp.GetEntries()[0].GetOriginNode() != "first" || inst.node.ID() != "first" {
+		t.Fatalf("after the restart: %v %v, node id %s; want k from first, and the node id first", resp, err, inst.node.ID())
+	}
 }

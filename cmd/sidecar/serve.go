@@ -28,6 +28,8 @@ type serveOptions struct {
 	gomaxprocs                   int
 	memoryLimit                  string
 	memoryNote                   string // what --memory-limit decided, for the startup log
+	dataDir                      string
+	nodeIDGiven                  bool // --node-id or FANOUT_NODE_ID was set
 	node                         fanout.Config
 }
 
@@ -52,6 +54,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.appAddr, "app-addr", o.appAddr, "FanoutService listener for the local app: host:port or unix:///path (loopback by default: only the local app may submit)")
 	fs.StringVar(&o.peerAddr, "peer-addr", o.peerAddr, "PeerService listener for the other sidecars (all interfaces: peers are on other hosts)")
 	fs.StringVar(&o.adminAddr, "admin-addr", o.adminAddr, "HTTP /metrics, /healthz and /debug/pprof/ (loopback: pprof is not for the world); empty disables")
+	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "keep the state table, the clock and the node id in this directory (pebble, fsynced): a restart resumes from it, and Submit answers once events are on disk (empty: memory only; peers still bootstrap the node)")
 	fs.StringVar(&o.peers, "peers", o.peers, "comma-separated peer addresses host:port (their --peer-addr); this node's own address is detected and dropped")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
@@ -96,6 +99,7 @@ func newServeCmd() *cobra.Command {
 				debug.SetMemoryLimit(limit)
 			}
 			o.memoryNote = note
+			o.nodeIDGiven = cmd.Flags().Changed("node-id")
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return runServe(ctx, o)
@@ -143,7 +147,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	o.node.Peers = list
 	inst, err := startInstance(instanceConfig{
 		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr,
-		node: o.node, log: log,
+		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven,
 	})
 	if err != nil {
 		return err

@@ -46,6 +46,11 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 	fmt.Fprintf(w, "node %s   keys %d/%d   bytes %d/%d   revision %d   subscribers %d   delivered %d\n\n",
 		st.GetNodeId(), state.GetKeys(), state.GetMaxKeys(), state.GetBytes(), state.GetMaxBytes(),
 		state.GetRevision(), st.GetSubscribers(), st.GetDelivered())
+	ready := "no"
+	if st.GetReady() {
+		ready = "yes"
+	}
+	fmt.Fprintf(w, "ready %s: %s\n\n", ready, st.GetReadyReason())
 	if len(st.GetPeers()) == 0 {
 		fmt.Fprintln(w, "no peers")
 		return
@@ -61,6 +66,28 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 			p.GetAddress(), node, p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
 			p.GetOverridden(), p.GetOverflow(), p.GetExpired(), p.GetReplayed(), p.GetCongestion(), p.GetTransient(),
 			p.GetPermanent(), p.GetStale())
+	}
+	tw.Flush()
+	printSync(w, st, time.Now())
+}
+
+// printSync prints each peer's anti-entropy rounds (SPEC §14).
+func printSync(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PEER\tSYNC ROUNDS\tFAILED\tLAST SUCCESS\tTOOK\tPULLED\tPUSHED\tDIGEST BYTES\tBYTES\tLAST ERROR\t")
+	for _, p := range st.GetPeers() {
+		s := p.GetSync()
+		last := "never"
+		if s.GetLastSuccess() != nil {
+			last = now.Sub(s.GetLastSuccess().AsTime()).Round(time.Second).String() + " ago"
+		}
+		errText := s.GetLastError()
+		if errText == "" {
+			errText = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t\n", p.GetAddress(), s.GetRounds(), s.GetFailed(), last,
+			s.GetLastDuration().AsDuration().Round(time.Millisecond), s.GetPulled(), s.GetPushed(), s.GetDigestBytes(), s.GetBytes(), errText)
 	}
 	tw.Flush()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/state"
+	"github.com/fanout/fanout/pkg/store"
 )
 
 // Replicator sends one batch to one peer. *peers.Conn and *peers.FakeConn implement
@@ -55,8 +56,13 @@ type Config struct {
 	SyncTimeout time.Duration
 	// SyncMessageBytes bounds one anti-entropy message (antientropy.Config). 0: 1 MiB.
 	SyncMessageBytes int
+	// Store, if set, is the durable copy of the state table (--data-dir, pkg/store):
+	// New loads it and raises the clock past its high-water mark, every change is
+	// committed to it, and Submit answers once its events are on disk. The caller
+	// opens and closes it (after Close). nil: memory only.
+	Store Store
 	// State bounds the state table (state.DefaultConfig gives the reasons).
-	// FirstRevision is set by the Node.
+	// FirstRevision and Collected are set by the Node.
 	State state.Config
 	// Limits are the input bounds of SPEC §10.
 	Limits Limits
@@ -89,6 +95,11 @@ func (c *Config) validate() error {
 		}
 	}
 	check(c.NodeID != "", "node id is empty: set --node-id")
+	if c.Store != nil {
+		check(c.Limits.MaxEventBytes+c.Limits.MaxTaskIDBytes+c.Limits.MaxAttributeBytes+4096 <= store.MaxRawBytes,
+			"--max-event-bytes %d is too big for --data-dir: an event is stored whole, at most %d bytes", c.Limits.MaxEventBytes, store.MaxRawBytes)
+	}
+	check(len(c.NodeID) <= MaxNodeIDBytes, "--node-id is %d bytes, at most %d (a DNS name fits)", len(c.NodeID), MaxNodeIDBytes)
 	check(len(c.Peers) == 0 || c.Dial != nil, "fanout: Config.Dial is required with peers")
 	check(c.ReplicateTimeout > 0, "--replicate-timeout must be > 0, got %s", c.ReplicateTimeout)
 	check(c.AntiEntropyInterval >= 0, "--anti-entropy-interval must be >= 0 (0: off), got %s", c.AntiEntropyInterval)

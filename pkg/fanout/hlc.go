@@ -49,6 +49,17 @@ func (c *hlc) observe(v uint64) {
 	}
 }
 
+// restore moves the clock to at least v, with no skew bound: v is this node's own
+// persisted high-water mark (--data-dir), which its versions must never go below.
+func (c *hlc) restore(v uint64) {
+	for {
+		old := c.last.Load()
+		if v <= old || c.last.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
 // How far ahead of this node's clock a version may be. A version is the last-writer-
 // wins order, so one far in the future would win every later write of its key on
 // every node (2^64-1 would freeze the key for good). Bounding it means a bad write

@@ -23,6 +23,9 @@ type Collector struct {
 	syncLast   *prometheus.Desc
 	syncDur    *prometheus.Desc
 	ready      *prometheus.Desc
+	disk       *prometheus.Desc
+	diskLag    *prometheus.Desc
+	diskCommit *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -57,13 +60,19 @@ func NewCollector(n *Node) *Collector {
 			"How long the last completed anti-entropy round with the peer took.", peer, nil),
 		ready: prometheus.NewDesc("fanout_ready",
 			"1 when the named health service fanout.v1.FanoutService is SERVING (bootstrap ended, not draining).", nil, nil),
+		disk: prometheus.NewDesc("fanout_data_dir_total",
+			"With --data-dir: commits (each one fsync), records written, tombstones deleted, failed commits.", []string{"kind"}, nil),
+		diskLag: prometheus.NewDesc("fanout_data_dir_lag_revisions",
+			"With --data-dir: state table revisions not yet on disk (0 when idle; growing: the disk is slower than the writes, or failing).", nil, nil),
+		diskCommit: prometheus.NewDesc("fanout_data_dir_last_commit_seconds",
+			"With --data-dir: how long the last commit took, its fsync included.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.events, c.queue, c.breaker, c.state, c.stateOps, c.subs, c.delivered, c.peersTotal,
-		c.syncRounds, c.syncKeys, c.syncBytes, c.syncLast, c.syncDur, c.ready} {
+		c.syncRounds, c.syncKeys, c.syncBytes, c.syncLast, c.syncDur, c.ready, c.disk, c.diskLag, c.diskCommit} {
 		ch <- d
 	}
 }
@@ -98,6 +107,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range []kv{{"refused", st.Refused}, {"stale", st.StaleSeen}, {"collected", st.Collected}} {
 		ch <- prometheus.MustNewConstMetric(c.stateOps, prometheus.CounterValue, float64(k.v), k.k)
+	}
+	if p := c.node.persist; p != nil {
+		ps := p.stats()
+		for _, k := range []kv{{"commits", ps.Commits}, {"records", ps.Records}, {"deletes", ps.Deletes}, {"failures", ps.Failures}} {
+			ch <- prometheus.MustNewConstMetric(c.disk, prometheus.CounterValue, float64(k.v), k.k)
+		}
+		ch <- prometheus.MustNewConstMetric(c.diskLag, prometheus.GaugeValue, float64(ps.Latest-min(ps.Latest, ps.Durable)))
+		ch <- prometheus.MustNewConstMetric(c.diskCommit, prometheus.GaugeValue, ps.LastCommit.Seconds())
 	}
 	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.node.subscribers.Load()))
 	ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(c.node.delivered.Load()))

@@ -26,6 +26,9 @@ var (
 	ErrDraining = errors.New("fanout: draining, not accepting submissions")
 	// ErrClosed: the node has been closed.
 	ErrClosed = errors.New("fanout: closed")
+	// ErrShuttingDown: the node is shutting down and takes no peer traffic; the
+	// sender keeps its events and sends them after the restart (SPEC §14).
+	ErrShuttingDown = errors.New("fanout: shutting down, not taking peer traffic; keep the events and retry")
 )
 
 // Node is one sidecar's domain core: it assigns versions, keeps the state table (the
@@ -57,6 +60,11 @@ type Node struct {
 	syncer    *antientropy.Syncer
 	readiness readiness
 
+	// persist writes every change of the table to cfg.Store (--data-dir); nil
+	// without one. It stops after every other writer, in Close.
+	persist   *persister
+	persistWG sync.WaitGroup
+
 	draining atomic.Bool
 	ctx      context.Context // cancelled by Close
 	cancel   context.CancelFunc
@@ -75,6 +83,11 @@ func New(cfg Config) (*Node, error) {
 	// Revisions start at the start time in version units, so a revision handed out
 	// before a restart is below the new table's first and is refused on resume.
 	cfg.State.FirstRevision = wallVersion(cfg.Now())
+	var persist *persister
+	if cfg.Store != nil {
+		persist = newPersister(cfg.Store, nil, cfg.Logger)
+		cfg.State.Collected = persist.forgotten
+	}
 	table, err := state.New(cfg.State)
 	if err != nil {
 		return nil, err
@@ -84,11 +97,18 @@ func New(cfg Config) (*Node, error) {
 		log:      cfg.Logger,
 		clock:    hlc{now: cfg.Now},
 		table:    table,
+		persist:  persist,
 		removeCh: make(chan *link, len(cfg.Peers)),
 	}
 	n.readiness.done = make(chan struct{})
 	if n.syncer, err = n.newSyncer(); err != nil {
 		return nil, err
+	}
+	if persist != nil {
+		persist.table = table
+		if err := n.load(); err != nil {
+			return nil, err
+		}
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.startPurgatory(); err != nil {
@@ -102,6 +122,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.links.Store(&links)
+	if persist != nil {
+		persist.durable = table.Revision() // everything loaded is on disk already
+		n.persistWG.Add(1)
+		go func() { defer n.persistWG.Done(); persist.run() }()
+	}
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.run() }()
 	go func() { defer n.wg.Done(); n.collectTombstones() }()
@@ -236,8 +261,27 @@ func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (
 	if err := n.offer(ctx, links, tasks); err != nil {
 		return nil, err
 	}
+	if err := n.durable(ctx, resp); err != nil {
+		return nil, err
+	}
 	resp.Satisfied = true
 	return resp, nil
+}
+
+// durable waits, with --data-dir, until the events resp accepted are on this node's
+// disk (SPEC §14: ack QUEUED means on disk). Concurrent Submits share a commit.
+func (n *Node) durable(ctx context.Context, resp *fanoutv1.SubmitResponse) error {
+	if n.persist == nil {
+		return nil
+	}
+	var rev uint64
+	for _, r := range resp.GetResults() {
+		rev = max(rev, r.GetRevision())
+	}
+	if rev == 0 {
+		return nil // nothing accepted: stale or refused events are not written
+	}
+	return n.persist.wait(ctx, rev)
 }
 
 func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*fanoutv1.Event]) error {
@@ -269,6 +313,10 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 	defer n.acks.unregister(op, keys)
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
+		n.purg.Cancel(op)
+		return nil, err
+	}
+	if err := n.durable(ctx, resp); err != nil { // while the peers take them
 		n.purg.Cancel(op)
 		return nil, err
 	}
@@ -317,6 +365,8 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 	for i, ev := range events {
 		if ev.Version == 0 {
 			ev.Version = next + uint64(i)
+		} else {
+			n.clock.observe(ev.Version) // the app's own version: later ones of ours go above it
 		}
 		resp.Versions[i] = ev.Version
 		var err error
@@ -387,6 +437,9 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: the table copies what it keeps.
 func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
+	if n.draining.Load() {
+		return nil, ErrShuttingDown
+	}
 	var req rawReplicate
 	if err := parseReplicate(f.B, &req); err != nil {
 		return nil, invalid("request", "%v", err)
@@ -407,8 +460,8 @@ func (n *Node) validateReplicate(req *rawReplicate) error {
 	switch o := req.origin; {
 	case o == "":
 		return invalid("origin_node", "empty")
-	case len(o) > n.cfg.Limits.MaxTaskIDBytes:
-		return invalid("origin_node", "%d bytes, at most %d", len(o), n.cfg.Limits.MaxTaskIDBytes)
+	case len(o) > MaxNodeIDBytes:
+		return invalid("origin_node", "%d bytes, at most %d", len(o), MaxNodeIDBytes)
 	}
 	if k := len(req.events); k > n.cfg.Limits.MaxEvents {
 		return invalid("events", "%d events, at most %d per request", k, n.cfg.Limits.MaxEvents)
@@ -444,17 +497,48 @@ func (n *Node) admit(i int, raw []byte, req *rawReplicate, now time.Time, limit 
 	}
 }
 
-// Drain stops accepting submissions and waits until every peer's queues are empty, or
-// ctx is done (SPEC §9 graceful shutdown).
-func (n *Node) Drain(ctx context.Context) error {
+// DrainReport is what Drain did with the events queued for the peers, in events
+// (one per peer it was queued for).
+type DrainReport struct {
+	Peers int
+	// Sent were delivered during the drain (taken, or answered stale: the peer had
+	// newer).
+	Sent uint64
+	// Unsent were still queued when the drain ended (its deadline passed), or were
+	// dropped during it (evicted, expired, refused as invalid).
+	Unsent uint64
+	// Durable: the node has a --data-dir, where every accepted event is; the Unsent
+	// are kept there, and anti-entropy sends them after the restart. Without one
+	// they are dropped.
+	Durable bool
+	// Keys in the state table when the drain ended.
+	Keys int
+}
+
+// Drain stops accepting submissions and peer traffic (the senders keep their events
+// for later), and waits until every peer's queues are empty, or ctx is done (SPEC §9
+// graceful shutdown, §14).
+func (n *Node) Drain(ctx context.Context) (DrainReport, error) {
 	n.draining.Store(true)
+	links := *n.links.Load()
+	before := make([]batcher.Stats, len(links))
+	for i, l := range links {
+		before[i] = l.b.Stats()
+	}
 	var errs []error
-	for _, l := range *n.links.Load() {
+	for _, l := range links {
 		if err := l.b.Drain(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", l.addr, err))
 		}
 	}
-	return errors.Join(errs...)
+	r := DrainReport{Peers: len(links), Durable: n.persist != nil, Keys: n.table.Stats().Keys}
+	for i, l := range links {
+		a, b := l.b.Stats(), before[i]
+		r.Sent += (a.Succeeded - b.Succeeded) + (a.Stale - b.Stale)
+		r.Unsent += (a.Overflow - b.Overflow) + (a.Expired - b.Expired) + (a.Permanent - b.Permanent) +
+			a.AcceptorQueue + a.ReprocessQueue + a.Pending + a.InFlight
+	}
+	return r, errors.Join(errs...)
 }
 
 // Draining reports whether Drain has been called.
@@ -470,6 +554,10 @@ func (n *Node) Close() {
 		n.wheelDrv.Stop()
 		for _, l := range *n.links.Load() {
 			l.close()
+		}
+		if n.persist != nil {
+			n.persist.close() // the table's last changes go to disk
+			n.persistWG.Wait()
 		}
 	})
 }

@@ -158,7 +158,7 @@ func (s *PeerServer) Replicate(ctx context.Context, req *fanoutv1.ReplicateReque
 // Digest implements PeerService.Digest (anti-entropy).
 func (s *PeerServer) Digest(_ context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
 	if s.node.Draining() {
-		return nil, toStatus(ErrDraining)
+		return nil, toStatus(ErrShuttingDown)
 	}
 	resp, err := s.node.syncer.Digest(req)
 	return resp, toStatus(err)
@@ -167,13 +167,16 @@ func (s *PeerServer) Digest(_ context.Context, req *fanoutv1.DigestRequest) (*fa
 // Pull implements PeerService.Pull (anti-entropy).
 func (s *PeerServer) Pull(req *fanoutv1.PullRequest, stream fanoutv1.PeerService_PullServer) error {
 	if s.node.Draining() {
-		return toStatus(ErrDraining)
+		return toStatus(ErrShuttingDown)
 	}
 	return toStatus(s.node.syncer.Pull(req, stream.Send))
 }
 
 // Push implements PeerService.Push (anti-entropy).
 func (s *PeerServer) Push(_ context.Context, req *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+	if s.node.Draining() {
+		return nil, toStatus(ErrShuttingDown)
+	}
 	resp, err := s.node.syncer.Push(req)
 	return resp, toStatus(err)
 }
@@ -225,7 +228,8 @@ func toStatus(err error) error {
 		return nil
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, inv.Error())
-	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed), errors.Is(err, batcher.ErrStopped):
+	case errors.Is(err, ErrDraining), errors.Is(err, ErrShuttingDown), errors.Is(err, ErrClosed),
+		errors.Is(err, batcher.ErrStopped), errors.Is(err, ErrNotDurable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, antientropy.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())

@@ -247,7 +247,7 @@ func TestDrainRefusesSubmitAndEmptiesQueues(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := nodes["a"].node.Drain(ctx); err != nil {
+	if _, err := nodes["a"].node.Drain(ctx); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
 	recv(t, sub)

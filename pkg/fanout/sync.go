@@ -292,8 +292,8 @@ func (n *Node) applySync(entries []*fanoutv1.SyncEntry) (int, error) {
 			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")
 		case h.version == 0 || h.version > limit:
 			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%d is 0 or more than %s ahead of this node's clock", h.version, maxPeerAhead)
-		case o == "" || len(o) > n.cfg.Limits.MaxTaskIDBytes:
-			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), n.cfg.Limits.MaxTaskIDBytes)
+		case o == "" || len(o) > MaxNodeIDBytes:
+			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), MaxNodeIDBytes)
 		}
 		heads[i] = h
 	}

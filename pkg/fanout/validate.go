@@ -5,7 +5,13 @@ import (
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/store"
 )
+
+// MaxNodeIDBytes bounds a node id (--node-id, and the origin of every replicated
+// event). 255: any DNS name or Kubernetes pod name fits, and the data dir stores the
+// length in one byte.
+const MaxNodeIDBytes = store.MaxOriginBytes
 
 // Limits are the input bounds of SPEC §10, enforced on both listeners.
 type Limits struct {

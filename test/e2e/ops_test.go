@@ -155,26 +155,67 @@ func testDrainsBeforeExit(t *testing.T) {
 }
 
 // testShutdownTimeout kills B, queues events for it at A, and checks that A exits 0
-// once --shutdown-timeout has passed, not before and not much later.
+// once --shutdown-timeout has passed, not before and not much later, and that its log
+// counts the unsent events: dropped without --data-dir; kept with it, and then sent
+// to B by anti-entropy once both are back (SPEC §14: nothing is dropped at all).
 func testShutdownTimeout(t *testing.T) {
-	const timeout = time.Second
-	ss := specs(2)
-	ss[0].Flags = []string{"--shutdown-timeout=" + timeout.String()}
-	c := startCluster(t, ss...)
-	a := c.node(0)
-	c.node(1).kill()
-	submit(t, c, 0, updates("unreachable/", 10, 1, 10), newExpectations())
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("data-dir=%v", durable), func(t *testing.T) {
+			const timeout = time.Second
+			ss := specs(2, "--anti-entropy-interval=1s")
+			ss[0].Flags = append(ss[0].Flags, "--shutdown-timeout="+timeout.String())
+			if durable {
+				ss[0].Flags = append(ss[0].Flags, "--data-dir="+t.TempDir())
+			}
+			c := startCluster(t, ss...)
+			a, b := c.node(0), c.node(1)
+			b.kill()
+			exp := newExpectations()
+			submit(t, c, 0, updates("unreachable/", 10, 1, 10), exp)
 
-	start := time.Now()
-	a.signal(syscall.SIGTERM)
-	checkExit(t, a, timeout+exitTimeout)
-	took := time.Since(start)
-	t.Logf("exited %s after SIGTERM with --shutdown-timeout=%s", took.Round(time.Millisecond), timeout)
-	if took < timeout {
-		t.Errorf("exited after %s, before --shutdown-timeout=%s with events queued for B", took, timeout)
+			start := time.Now()
+			a.signal(syscall.SIGTERM)
+			checkExit(t, a, timeout+exitTimeout)
+			took := time.Since(start)
+			t.Logf("exited %s after SIGTERM with --shutdown-timeout=%s", took.Round(time.Millisecond), timeout)
+			if took < timeout {
+				t.Errorf("exited after %s, before --shutdown-timeout=%s with events queued for B", took, timeout)
+			}
+			want := `"msg":"drain ended with events unsent: they are dropped (no --data-dir); a peer gets them only from a node that has them","sent":0,"kept":0,"dropped":10,`
+			if durable {
+				want = `"msg":"drain ended with events unsent: they are kept in the data dir, and anti-entropy sends them after the restart","sent":0,"kept":10,"dropped":0,`
+			}
+			if !strings.Contains(a.log(), want) {
+				t.Fatalf("A's log does not count the unsent events; want a line with\n%s", want)
+			}
+			if !durable {
+				return
+			}
+			b.restart()
+			a.restart()
+			if err := waitState(b, exp.snapshot(), convergeTimeout); err != nil {
+				t.Fatalf("B after A came back from its data dir: %v", err)
+			}
+		})
 	}
-	if !strings.Contains(a.log(), "drain incomplete") {
-		t.Errorf("A's log does not report the incomplete drain")
+}
+
+// waitState waits until n's Get holds every task of want at its (version, origin).
+func waitState(n *node, want map[string]expected, timeout time.Duration) error {
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := getIDs(n, ids)
+		if err == nil {
+			err = diffState(n.spec.ID, got, want, false)
+		}
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
 	}
 }
 
