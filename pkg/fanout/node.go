@@ -268,6 +268,22 @@ func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (
 	return resp, nil
 }
 
+// submitQueued is submitChecked for a request that waits for no peer, without the
+// wait for the disk: the caller calls durable before it answers (SubmitStream
+// applies the next requests meanwhile, so that they share a commit).
+func (n *Node) submitQueued(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
+	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId()}
+	tasks, err := n.prepare(req.GetEvents(), resp)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.offer(ctx, *n.links.Load(), tasks); err != nil {
+		return nil, err
+	}
+	resp.Satisfied = true
+	return resp, nil
+}
+
 // durable waits, with --data-dir, until the events resp accepted are on this node's
 // disk (SPEC §14: ack QUEUED means on disk). Concurrent Submits share a commit.
 func (n *Node) durable(ctx context.Context, resp *fanoutv1.SubmitResponse) error {

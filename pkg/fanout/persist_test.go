@@ -254,3 +254,42 @@ func TestDataDirGroupCommit(t *testing.T) {
 	}
 	t.Logf("%d Submits, %d commits", writers*each, s.Commits)
 }
+
+// TestDataDirSubmitStream: with a Store, SubmitStream answers QUEUED requests in the
+// order they were read, each once it is on disk, while the next ones are applied: the
+// requests in flight share commits.
+func TestDataDirSubmitStream(t *testing.T) {
+	st := openTestStore(t, t.TempDir())
+	cfg := testConfig("a")
+	cfg.Store = st
+	tn := startTestNode(t, cfg)
+	stream, err := tn.app.SubmitStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const requests = 200
+	for i := range requests {
+		if err := stream.Send(&fanoutv1.SubmitRequest{RequestId: uint64(i + 1),
+			Events: []*fanoutv1.Event{ev(fmt.Sprintf("s%d", i), "v")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream.CloseSend()
+	for i := range requests {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		if resp.GetRequestId() != uint64(i+1) {
+			t.Fatalf("response %d is for request %d: QUEUED answers must keep the order", i, resp.GetRequestId())
+		}
+		if d := tn.node.persist.durableRev(); d < resp.GetResults()[0].GetRevision() {
+			t.Fatalf("request %d answered at revision %d, durable only up to %d", i, resp.GetResults()[0].GetRevision(), d)
+		}
+	}
+	if s := tn.node.persist.stats(); s.Commits >= requests {
+		t.Fatalf("%d pipelined requests took %d commits; want them shared", requests, s.Commits)
+	} else {
+		t.Logf("%d pipelined requests, %d commits", requests, s.Commits)
+	}
+}

@@ -46,16 +46,20 @@ const maxStreamWaits = 1024
 
 // SubmitStream implements FanoutService.SubmitStream: one response per request,
 // matched by request_id. Requests that wait for acks run concurrently and are answered
-// in completion order; QUEUED requests are answered in order as they are read. A bad
-// request ends the stream with its status (INVALID_ARGUMENT naming the field).
+// in completion order; QUEUED requests are answered in order as they are read (with
+// --data-dir, each once it is on disk: the next requests are applied meanwhile, so
+// the requests in flight share commits). A bad request ends the stream with its status
+// (INVALID_ARGUMENT naming the field).
 func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	w := &streamWaits{stream: stream, sem: make(chan struct{}, maxStreamWaits)}
 	defer w.wg.Wait()
+	defer w.closeOrdered()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
+			w.closeOrdered()
 			w.wg.Wait()
 			return w.failed()
 		}
@@ -68,17 +72,25 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 		if err := s.node.precheck(req); err != nil {
 			return toStatus(err)
 		}
-		submit := func() error {
-			resp, err := s.node.submitChecked(ctx, req)
-			if err != nil {
-				return err
+		switch {
+		case s.node.WaitsForAcks(req): // answered on completion
+			err = w.start(ctx, func() error {
+				resp, err := s.node.submitChecked(ctx, req)
+				if err != nil {
+					return err
+				}
+				return w.send(resp)
+			})
+		case s.node.persist != nil: // answered in order, once on disk
+			var resp *fanoutv1.SubmitResponse
+			if resp, err = s.node.submitQueued(ctx, req); err == nil {
+				err = w.inOrder(ctx, resp, s.node.durable)
 			}
-			return w.send(resp)
-		}
-		if !s.node.WaitsForAcks(req) {
-			err = submit() // QUEUED: answered in order, as read
-		} else {
-			err = w.start(ctx, submit) // waits for acks: answered on completion
+		default: // answered in order, as read
+			var resp *fanoutv1.SubmitResponse
+			if resp, err = s.node.submitQueued(ctx, req); err == nil {
+				err = w.send(resp)
+			}
 		}
 		if err != nil {
 			return toStatus(err)
@@ -94,6 +106,9 @@ type streamWaits struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	err    error // guarded by mu: the first failure
+	// ordered feeds inOrder's goroutine; nil until the first use and after
+	// closeOrdered. Used by the handler's goroutine only.
+	ordered chan *fanoutv1.SubmitResponse
 }
 
 func (w *streamWaits) start(ctx context.Context, f func() error) error {
@@ -107,14 +122,58 @@ func (w *streamWaits) start(ctx context.Context, f func() error) error {
 		defer w.wg.Done()
 		defer func() { <-w.sem }()
 		if err := f(); err != nil {
-			w.mu.Lock()
-			if w.err == nil {
-				w.err = toStatus(err)
-			}
-			w.mu.Unlock()
+			w.fail(err)
 		}
 	}()
 	return nil
+}
+
+// inOrder queues resp to be sent, after the responses queued before it, once
+// durable(resp) returns; one goroutine, started on first use, does that.
+func (w *streamWaits) inOrder(ctx context.Context, resp *fanoutv1.SubmitResponse,
+	durable func(context.Context, *fanoutv1.SubmitResponse) error) error {
+	if w.ordered == nil {
+		ch := make(chan *fanoutv1.SubmitResponse, maxStreamWaits)
+		w.ordered = ch
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for resp := range ch {
+				err := durable(ctx, resp)
+				if err == nil {
+					err = w.send(resp)
+				}
+				if err != nil {
+					w.fail(err)
+					for range ch { // the stream ends: drop the rest
+					}
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case w.ordered <- resp:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// closeOrdered ends inOrder's goroutine once it has sent what is queued. Idempotent.
+func (w *streamWaits) closeOrdered() {
+	if w.ordered != nil {
+		close(w.ordered)
+		w.ordered = nil
+	}
+}
+
+func (w *streamWaits) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = toStatus(err)
+	}
 }
 
 func (w *streamWaits) send(resp *fanoutv1.SubmitResponse) error {
