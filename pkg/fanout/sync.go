@@ -257,12 +257,24 @@ func (n *Node) bootstrap() {
 	n.readiness.set(true, reason)
 }
 
-// bootstrapWith syncs with l, trying again while l is busy serving other rounds, up to
-// SyncTimeout.
+// bootstrapReachWait is how long bootstrap keeps trying a peer it cannot reach. Two
+// seconds: nodes that start together (a new cluster, a test, `sidecar bench`) are all
+// listening by then, and syncing with them also leaves the connection up for the
+// first Replicate, instead of in gRPC's reconnect backoff, where a call fails at once
+// and the peer is paused for --network-failure-retry-delay. A peer that is really down
+// costs a starting node those two seconds of readiness.
+const bootstrapReachWait = 2 * time.Second
+
+// bootstrapWith syncs with l, trying again while l is busy serving other rounds (up
+// to SyncTimeout) or cannot be reached (up to bootstrapReachWait).
 func (n *Node) bootstrapWith(l *link, start time.Time) (antientropy.Result, error) {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		r, err := n.syncWith(l)
-		if !errors.Is(err, peers.ErrCongestion) || n.cfg.Now().Sub(start)+wait > n.cfg.SyncTimeout {
+		elapsed := n.cfg.Now().Sub(start)
+		switch {
+		case errors.Is(err, peers.ErrCongestion) && elapsed+wait <= n.cfg.SyncTimeout:
+		case errors.Is(err, peers.ErrNetwork) && elapsed+wait <= min(bootstrapReachWait, n.cfg.SyncTimeout):
+		default:
 			return r, err
 		}
 		select {

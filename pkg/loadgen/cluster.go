@@ -167,7 +167,7 @@ func (ch *child) waitReady(ctx context.Context, timeout time.Duration) error {
 	defer tick.Stop()
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: "fanout.v1.FanoutService"})
 		ccancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return nil
