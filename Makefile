@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory fuzz clean
+.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -62,6 +62,11 @@ bench-memory:
 ## bench-state-memory: RSS of a node holding 1M keys of 100-byte payloads (~1 min)
 bench-state-memory:
 	bash bench/state-memory.sh
+
+## bench-store: pebble against bbolt on the --data-dir workload, 3 interleaved runs
+## (~15 min; its own module, bench/storebench). Figures go in docs/BENCHMARKS.md.
+bench-store:
+	bash bench/storebench/run.sh
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
