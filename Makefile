@@ -77,6 +77,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./pkg/loadgen/
 	$(GO) test -run='^$$' -fuzz=FuzzTable -fuzztime=$(FUZZTIME) ./pkg/state/
 	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeValue -fuzztime=$(FUZZTIME) ./pkg/store/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeClock -fuzztime=$(FUZZTIME) ./pkg/store/
 
 clean:
 	rm -rf bin

@@ -1,0 +1,26 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// pebbleLogger sends pebble's logs to the store's logger: Infof (recovery at Open,
+// mostly) at Info, Errorf at Error. Fatalf, which pebble calls on a broken invariant
+// and expects not to return, logs at Error and panics.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Info(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Log(context.Background(), slog.LevelError, msg, "component", "pebble", "fatal", true)
+	panic("store: pebble: " + msg)
+}

@@ -1,0 +1,443 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// ErrClosed is returned by every call on a Store after Close.
+var ErrClosed = errors.New("store: closed")
+
+// layout is the on-disk layout this build reads and writes (doc.go), saved under
+// metaLayout when a data dir is created. A later layout bumps it; Open refuses one it
+// does not know rather than misread it.
+const layout = 1
+
+// Key prefixes and the names of the meta keys (doc.go).
+const (
+	prefixRecord = 'k' // + the task_id
+	prefixMeta   = "m" // + a name
+	metaLayout   = prefixMeta + "layout"
+	metaNodeID   = prefixMeta + "node"
+	metaClock    = prefixMeta + "clock"
+	lockName     = "fanout.lock"
+)
+
+// Record is one key's latest state as kept on disk.
+type Record struct {
+	Key       []byte // the task_id, 1..MaxKeyBytes bytes
+	Raw       []byte // the encoded fanout.v1.Event, 0..MaxRawBytes bytes
+	Version   uint64
+	Origin    string // the node that wrote the version, 0..MaxOriginBytes bytes
+	Submitted int64  // unix nanos at the origin
+	Deleted   bool   // a tombstone
+}
+
+// Config configures a Store. It is copied by Open.
+type Config struct {
+	// Logger gets the store's own logs: recovery at Open, background errors.
+	// Default: discard.
+	Logger *slog.Logger
+
+	// fs is pebble's file system: nil is the OS's. Tests set it to slow the log's
+	// syncs down (store_test.go).
+	fs vfs.FS
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Logger: slog.New(slog.DiscardHandler)}
+}
+
+func (c *Config) validate() error {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Stats are a Store's counters since Open.
+type Stats struct {
+	Commits    uint64        // Commit calls that wrote something and returned nil
+	Records    uint64        // their puts and deletes
+	Syncs      uint64        // fdatasyncs of the log: the Commits shared them
+	LastCommit time.Duration // how long the latest such Commit took, its sync included
+	DiskBytes  uint64        // the store's files
+}
+
+// Store is the durable copy of a node's state: its records, node id and clock
+// high-water mark, in one data dir. Its methods are safe for concurrent use.
+type Store struct {
+	dir    string
+	log    *slog.Logger
+	db     *pebble.DB
+	lock   io.Closer            // the data dir's fanout.lock, held until Close
+	fsyncs prometheus.Histogram // pebble's log sync latencies: its count is Syncs
+
+	// mu is held for reading by every call that uses db and for writing by Close,
+	// which so waits for the calls in flight. closed is set under mu (write).
+	mu     sync.RWMutex
+	closed bool
+
+	// clock is the high-water mark read at Open, raised (atomic max) by each Commit
+	// after its sync. Invariant: clock <= the mark on disk; it is lower only while a
+	// Commit is between its sync and its raise.
+	clock atomic.Uint64
+
+	nodeMu sync.Mutex // guards nodeID
+	nodeID string
+
+	commits, records, lastCommitNs atomic.Uint64
+}
+
+// Open opens the store in dir, creating dir and an empty store if there is none. It
+// holds dir's lock until Close, so a second Open of dir, in this process or another,
+// fails until then.
+func Open(dir string, cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: creating data dir: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: dir, log: cfg.Logger, lock: lock}
+	if err := s.open(cfg.fs); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// lockDir takes dir's lock: an fcntl lock on dir/fanout.lock, which the OS drops when
+// the process dies, and which pebble's vfs also records per process, so that a second
+// lock of the same path in this process fails too (fcntl alone would grant it). The
+// path is made absolute and free of symlinks first, so that two spellings of one dir
+// are one lock. pebble's own LOCK is taken later, under it.
+func lockDir(dir string) (io.Closer, error) {
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: data dir %s: %w", dir, err)
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(abs, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("store: data dir %s is in use by another sidecar (%v); "+
+			"stop that one, or give each sidecar its own --data-dir", abs, err)
+	}
+	return lock, nil
+}
+
+// open opens pebble in s.dir with the store's options: pebble's defaults (a 4 MiB
+// memtable, an 8 MiB block cache, no WAL failover) but for the logger and the clock's
+// merge operator.
+func (s *Store) open(fs vfs.FS) error {
+	db, err := pebble.Open(s.dir, &pebble.Options{
+		FS:     fs,
+		Logger: pebbleLogger{s.log},
+		Merger: clockMerger(),
+	})
+	if err != nil {
+		return fmt.Errorf("store: opening %s: %w", s.dir, err)
+	}
+	s.db = db
+	s.fsyncs = db.Metrics().LogWriter.FsyncLatency
+	if err := s.readMeta(); err != nil {
+		db.Close()
+		return fmt.Errorf("store: %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// readMeta checks the layout (saving it in a new store) and reads the node id and
+// the clock.
+func (s *Store) readMeta() error {
+	v, found, err := s.get(metaLayout)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		if err := s.db.Set([]byte(metaLayout), []byte{layout}, pebble.Sync); err != nil {
+			return fmt.Errorf("saving the layout: %w", err)
+		}
+	case len(v) != 1 || v[0] != layout:
+		return fmt.Errorf("on-disk layout %s, this build reads only layout %d: "+
+			"the data dir was written by another (newer?) sidecar; run that one, or start with an empty --data-dir",
+			layoutName(v), layout)
+	}
+	v, _, err = s.get(metaNodeID)
+	if err != nil {
+		return err
+	}
+	s.nodeID = string(v)
+	v, found, err = s.get(metaClock)
+	if err != nil || !found {
+		return err
+	}
+	c, err := decodeClock(v)
+	s.clock.Store(c)
+	return err
+}
+
+// layoutName prints a saved layout value.
+func layoutName(v []byte) string {
+	if len(v) == 1 {
+		return fmt.Sprint(v[0])
+	}
+	return fmt.Sprintf("%q (not one byte)", v)
+}
+
+// get returns a copy of key's value and whether it was found.
+func (s *Store) get(key string) ([]byte, bool, error) {
+	v, closer, err := s.db.Get([]byte(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading %s: %w", key, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// use takes mu for reading if the store is open: the caller must call s.mu.RUnlock.
+func (s *Store) use() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// NodeID is the node id saved by SetNodeID, "" when none was.
+func (s *Store) NodeID() string {
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	return s.nodeID
+}
+
+// SetNodeID saves id as the node id, durably (synced when it returns nil).
+func (s *Store) SetNodeID(id string) error {
+	if n := len(id); n == 0 || n > MaxOriginBytes {
+		return fmt.Errorf("store: node id: %d bytes, must be 1..%d", n, MaxOriginBytes)
+	}
+	if err := s.use(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	if err := s.db.Set([]byte(metaNodeID), []byte(id), pebble.Sync); err != nil {
+		return fmt.Errorf("store: saving the node id: %w", err)
+	}
+	s.nodeID = id
+	return nil
+}
+
+// Clock is the clock's high-water mark: the highest Version of any record put by a
+// Commit that has returned nil, in this process or before it, 0 if none. It is on
+// disk: a restarted node reads it back, and must not write a version at or below it.
+func (s *Store) Clock() uint64 { return s.clock.Load() }
+
+// Load calls fn with every record, in key order (bytewise), and stops at fn's first
+// error, which it returns. r.Key and r.Raw alias the store's memory and are valid only
+// until fn returns: fn copies what it keeps (r.Origin is a string of its own, one per
+// distinct origin). A value that does not decode stops Load with an error that names
+// its key. fn must not call the Store: Load holds it open for reading, and a Close
+// waiting behind fn would deadlock a nested call.
+func (s *Store) Load(fn func(r Record) error) error {
+	if err := s.use(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixRecord},
+		UpperBound: []byte{prefixRecord + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	err = s.load(it, fn)
+	return errors.Join(err, it.Close())
+}
+
+func (s *Store) load(it *pebble.Iterator, fn func(r Record) error) error {
+	origins := map[string]string{} // each origin is one string, however many records
+	for ok := it.First(); ok; ok = it.Next() {
+		key := it.Key()[1:]
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("store: record %q: %w", key, err)
+		}
+		v, err := decodeValue(raw)
+		if err != nil {
+			return fmt.Errorf("store: record %q: %w", key, err)
+		}
+		origin, ok := origins[string(v.origin)]
+		if !ok {
+			origin = string(v.origin)
+			origins[origin] = origin
+		}
+		r := Record{Key: key, Raw: v.raw, Version: v.version, Origin: origin,
+			Submitted: v.submitted, Deleted: v.deleted}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// Commit writes puts, then removes deletes (a key in both ends up removed; a key put
+// twice keeps the later), in one atomic batch that also raises the clock's high-water
+// mark to the highest put Version. The batch is on disk (in the fdatasynced WAL) when
+// Commit returns nil, and after a crash either all of it is there or none; concurrent
+// Commits share syncs (group commit, doc.go). A bound broken by any record fails the
+// whole Commit before anything is written, with an error naming the field. Commit
+// keeps no reference to its arguments.
+func (s *Store) Commit(puts []Record, deletes [][]byte) error {
+	if err := validate(puts, deletes); err != nil {
+		return err
+	}
+	if len(puts) == 0 && len(deletes) == 0 {
+		return nil
+	}
+	if err := s.use(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	start := time.Now()
+	b := s.db.NewBatch()
+	defer b.Close()
+	top, err := fill(b, puts, deletes)
+	if err == nil && top > s.clock.Load() {
+		// Skipped when a finished Commit already saved a higher mark.
+		err = b.Merge([]byte(metaClock), encodeClock(top), nil)
+	}
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	s.raiseClock(top)
+	s.commits.Add(1)
+	s.records.Add(uint64(len(puts) + len(deletes)))
+	s.lastCommitNs.Store(uint64(time.Since(start)))
+	return nil
+}
+
+// fill adds puts and deletes to b, and returns the highest put Version.
+func fill(b *pebble.Batch, puts []Record, deletes [][]byte) (uint64, error) {
+	var top uint64
+	var key, val []byte
+	for i := range puts {
+		r := &puts[i]
+		key = append(append(key[:0], prefixRecord), r.Key...)
+		val = appendValue(val[:0], r)
+		if err := b.Set(key, val, nil); err != nil { // Set copies key and val
+			return 0, err
+		}
+		top = max(top, r.Version)
+	}
+	for _, d := range deletes {
+		key = append(append(key[:0], prefixRecord), d...)
+		if err := b.Delete(key, nil); err != nil {
+			return 0, err
+		}
+	}
+	return top, nil
+}
+
+func (s *Store) raiseClock(v uint64) {
+	for {
+		c := s.clock.Load()
+		if v <= c || s.clock.CompareAndSwap(c, v) {
+			return
+		}
+	}
+}
+
+// validate checks every bound of a Commit's arguments and names the first field past
+// one.
+func validate(puts []Record, deletes [][]byte) error {
+	for i := range puts {
+		r := &puts[i]
+		if err := checkLens(len(r.Key), len(r.Origin), len(r.Raw)); err != nil {
+			return fmt.Errorf("store: puts[%d].%w", i, err)
+		}
+	}
+	for i, d := range deletes {
+		if n := len(d); n == 0 || n > MaxKeyBytes {
+			return fmt.Errorf("store: deletes[%d]: %d bytes, must be 1..%d", i, n, MaxKeyBytes)
+		}
+	}
+	return nil
+}
+
+// checkLens checks a record's lengths against the bounds, and names the field past
+// one.
+func checkLens(key, origin, raw int) error {
+	switch {
+	case key == 0 || key > MaxKeyBytes:
+		return fmt.Errorf("Key: %d bytes, must be 1..%d", key, MaxKeyBytes)
+	case origin > MaxOriginBytes:
+		return fmt.Errorf("Origin: %d bytes, must be at most %d", origin, MaxOriginBytes)
+	case raw > MaxRawBytes:
+		return fmt.Errorf("Raw: %d bytes, must be at most %d", raw, MaxRawBytes)
+	}
+	return nil
+}
+
+// Stats returns the counters since Open. It is not free (it reads pebble's metrics):
+// call it at a scrape, not per commit.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Commits:    s.commits.Load(),
+		Records:    s.records.Load(),
+		LastCommit: time.Duration(s.lastCommitNs.Load()),
+	}
+	if s.use() != nil {
+		return st
+	}
+	defer s.mu.RUnlock()
+	var m dto.Metric
+	if s.fsyncs != nil && s.fsyncs.Write(&m) == nil {
+		st.Syncs = m.GetHistogram().GetSampleCount()
+	}
+	st.DiskBytes = s.db.Metrics().DiskSpaceUsage()
+	return st
+}
+
+// Close waits for the calls in flight, closes the store and releases the data dir.
+// It is idempotent: a second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.db.Close()
+	if lerr := s.lock.Close(); lerr != nil {
+		err = errors.Join(err, fmt.Errorf("store: releasing the lock of %s: %w", s.dir, lerr))
+	}
+	return err
+}
