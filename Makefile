@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory fuzz clean
+.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -63,6 +63,11 @@ bench-memory:
 bench-state-memory:
 	bash bench/state-memory.sh
 
+## bench-store: pebble against bbolt on the --data-dir workload, 3 interleaved runs
+## (~15 min; its own module, bench/storebench). Figures go in docs/BENCHMARKS.md.
+bench-store:
+	bash bench/storebench/run.sh
+
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzBatcher -fuzztime=$(FUZZTIME) ./pkg/batcher/
@@ -72,6 +77,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./pkg/loadgen/
 	$(GO) test -run='^$$' -fuzz=FuzzTable -fuzztime=$(FUZZTIME) ./pkg/state/
 	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeValue -fuzztime=$(FUZZTIME) ./pkg/store/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeClock -fuzztime=$(FUZZTIME) ./pkg/store/
 
 clean:
 	rm -rf bin

@@ -9,8 +9,7 @@ import (
 )
 
 // MaxNodeIDBytes bounds a node id (--node-id, and the origin of every replicated
-// event). 255: any DNS name or Kubernetes pod name fits, and the data dir stores the
-// length in one byte.
+// event): 1024, as a task_id, and what the data dir stores (store.MaxOriginBytes).
 const MaxNodeIDBytes = store.MaxOriginBytes
 
 // Limits are the input bounds of SPEC §10, enforced on both listeners.

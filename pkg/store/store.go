@@ -27,11 +27,11 @@ const layout = 1
 
 // Key prefixes and the names of the meta keys (doc.go).
 const (
-	prefixRecord = 'k'
-	prefixMeta   = 'm'
-	metaLayout   = "mlayout"
-	metaNodeID   = "mnode"
-	metaClock    = "mclock"
+	prefixRecord = 'k' // + the task_id
+	prefixMeta   = "m" // + a name
+	metaLayout   = prefixMeta + "layout"
+	metaNodeID   = prefixMeta + "node"
+	metaClock    = prefixMeta + "clock"
 	lockName     = "fanout.lock"
 )
 
@@ -50,6 +50,10 @@ type Config struct {
 	// Logger gets the store's own logs: recovery at Open, background errors.
 	// Default: discard.
 	Logger *slog.Logger
+
+	// fs is pebble's file system: nil is the OS's. Tests set it to slow the log's
+	// syncs down (store_test.go).
+	fs vfs.FS
 }
 
 // DefaultConfig returns the defaults.
@@ -87,8 +91,9 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 
-	// clock is the highest version committed, never lower than the one saved on
-	// disk. Raised (atomic max) after each Commit returns from its sync.
+	// clock is the high-water mark read at Open, raised (atomic max) by each Commit
+	// after its sync. Invariant: clock <= the mark on disk; it is lower only while a
+	// Commit is between its sync and its raise.
 	clock atomic.Uint64
 
 	nodeMu sync.Mutex // guards nodeID
@@ -112,17 +117,23 @@ func Open(dir string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, log: cfg.Logger, lock: lock}
-	if err := s.open(); err != nil {
+	if err := s.open(cfg.fs); err != nil {
 		lock.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// lockDir takes dir's lock (an fcntl lock on dir/fanout.lock, which the OS drops when
-// the process dies; pebble's own LOCK is taken later, under it).
+// lockDir takes dir's lock: an fcntl lock on dir/fanout.lock, which the OS drops when
+// the process dies, and which pebble's vfs also records per process, so that a second
+// lock of the same path in this process fails too (fcntl alone would grant it). The
+// path is made absolute and free of symlinks first, so that two spellings of one dir
+// are one lock. pebble's own LOCK is taken later, under it.
 func lockDir(dir string) (io.Closer, error) {
 	abs, err := filepath.Abs(dir)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: data dir %s: %w", dir, err)
 	}
@@ -134,8 +145,12 @@ func lockDir(dir string) (io.Closer, error) {
 	return lock, nil
 }
 
-func (s *Store) open() error {
+// open opens pebble in s.dir with the store's options: pebble's defaults (a 4 MiB
+// memtable, an 8 MiB block cache, no WAL failover) but for the logger and the clock's
+// merge operator.
+func (s *Store) open(fs vfs.FS) error {
 	db, err := pebble.Open(s.dir, &pebble.Options{
+		FS:     fs,
 		Logger: pebbleLogger{s.log},
 		Merger: clockMerger(),
 	})
@@ -163,7 +178,9 @@ func (s *Store) readMeta() error {
 			return fmt.Errorf("saving the layout: %w", err)
 		}
 	case len(v) != 1 || v[0] != layout:
-		return fmt.Errorf("layout %v, this build reads layout %d: was it written by a newer sidecar?", v, layout)
+		return fmt.Errorf("on-disk layout %s, this build reads only layout %d: "+
+			"the data dir was written by another (newer?) sidecar; run that one, or start with an empty --data-dir",
+			layoutName(v), layout)
 	}
 	v, _, err = s.get(metaNodeID)
 	if err != nil {
@@ -177,6 +194,14 @@ func (s *Store) readMeta() error {
 	c, err := decodeClock(v)
 	s.clock.Store(c)
 	return err
+}
+
+// layoutName prints a saved layout value.
+func layoutName(v []byte) string {
+	if len(v) == 1 {
+		return fmt.Sprint(v[0])
+	}
+	return fmt.Sprintf("%q (not one byte)", v)
 }
 
 // get returns a copy of key's value and whether it was found.
@@ -209,10 +234,10 @@ func (s *Store) NodeID() string {
 	return s.nodeID
 }
 
-// SetNodeID saves id as the node id, durably.
+// SetNodeID saves id as the node id, durably (synced when it returns nil).
 func (s *Store) SetNodeID(id string) error {
-	if len(id) > MaxOriginBytes {
-		return fmt.Errorf("store: node id of %d bytes, over %d", len(id), MaxOriginBytes)
+	if n := len(id); n == 0 || n > MaxOriginBytes {
+		return fmt.Errorf("store: node id: %d bytes, must be 1..%d", n, MaxOriginBytes)
 	}
 	if err := s.use(); err != nil {
 		return err
@@ -227,14 +252,17 @@ func (s *Store) SetNodeID(id string) error {
 	return nil
 }
 
-// Clock is the clock's high-water mark: the highest Version of any record
-// committed, 0 if none.
+// Clock is the clock's high-water mark: the highest Version of any record put by a
+// Commit that has returned nil, in this process or before it, 0 if none. It is on
+// disk: a restarted node reads it back, and must not write a version at or below it.
 func (s *Store) Clock() uint64 { return s.clock.Load() }
 
 // Load calls fn with every record, in key order (bytewise), and stops at fn's first
 // error, which it returns. r.Key and r.Raw alias the store's memory and are valid only
-// until fn returns: fn copies what it keeps. A value that does not decode stops Load
-// with an error that names its key.
+// until fn returns: fn copies what it keeps (r.Origin is a string of its own, one per
+// distinct origin). A value that does not decode stops Load with an error that names
+// its key. fn must not call the Store: Load holds it open for reading, and a Close
+// waiting behind fn would deadlock a nested call.
 func (s *Store) Load(fn func(r Record) error) error {
 	if err := s.use(); err != nil {
 		return err
@@ -277,10 +305,13 @@ func (s *Store) load(it *pebble.Iterator, fn func(r Record) error) error {
 	return it.Error()
 }
 
-// Commit writes puts, then removes deletes (a key in both ends up removed), in one
-// atomic batch that also raises the clock's high-water mark to the highest put
-// Version. The batch is on disk (fdatasynced) when Commit returns nil; concurrent
-// Commits share syncs (group commit). Commit keeps no reference to its arguments.
+// Commit writes puts, then removes deletes (a key in both ends up removed; a key put
+// twice keeps the later), in one atomic batch that also raises the clock's high-water
+// mark to the highest put Version. The batch is on disk (in the fdatasynced WAL) when
+// Commit returns nil, and after a crash either all of it is there or none; concurrent
+// Commits share syncs (group commit, doc.go). A bound broken by any record fails the
+// whole Commit before anything is written, with an error naming the field. Commit
+// keeps no reference to its arguments.
 func (s *Store) Commit(puts []Record, deletes [][]byte) error {
 	if err := validate(puts, deletes); err != nil {
 		return err
@@ -349,20 +380,28 @@ func (s *Store) raiseClock(v uint64) {
 func validate(puts []Record, deletes [][]byte) error {
 	for i := range puts {
 		r := &puts[i]
-		if n := len(r.Key); n == 0 || n > MaxKeyBytes {
-			return fmt.Errorf("store: puts[%d].Key: %d bytes, must be 1..%d", i, n, MaxKeyBytes)
-		}
-		if n := len(r.Origin); n > MaxOriginBytes {
-			return fmt.Errorf("store: puts[%d].Origin: %d bytes, must be at most %d", i, n, MaxOriginBytes)
-		}
-		if n := len(r.Raw); n > MaxRawBytes {
-			return fmt.Errorf("store: puts[%d].Raw: %d bytes, must be at most %d", i, n, MaxRawBytes)
+		if err := checkLens(len(r.Key), len(r.Origin), len(r.Raw)); err != nil {
+			return fmt.Errorf("store: puts[%d].%w", i, err)
 		}
 	}
 	for i, d := range deletes {
 		if n := len(d); n == 0 || n > MaxKeyBytes {
 			return fmt.Errorf("store: deletes[%d]: %d bytes, must be 1..%d", i, n, MaxKeyBytes)
 		}
+	}
+	return nil
+}
+
+// checkLens checks a record's lengths against the bounds, and names the field past
+// one.
+func checkLens(key, origin, raw int) error {
+	switch {
+	case key == 0 || key > MaxKeyBytes:
+		return fmt.Errorf("Key: %d bytes, must be 1..%d", key, MaxKeyBytes)
+	case origin > MaxOriginBytes:
+		return fmt.Errorf("Origin: %d bytes, must be at most %d", origin, MaxOriginBytes)
+	case raw > MaxRawBytes:
+		return fmt.Errorf("Raw: %d bytes, must be at most %d", raw, MaxRawBytes)
 	}
 	return nil
 }

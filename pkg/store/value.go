@@ -7,15 +7,20 @@ import (
 )
 
 // Bounds on a record, in bytes. Commit refuses a record past them and decodeValue a
-// value past them.
+// value past them. They are the sidecar's own bounds (SPEC §10), so that whatever a
+// node accepts it can also keep.
 const (
-	// MaxKeyBytes bounds a task_id (the API's bound).
+	// MaxKeyBytes bounds a task_id: the API's bound (fanout.Limits.MaxTaskIDBytes).
 	MaxKeyBytes = 1024
-	// MaxOriginBytes bounds an origin node id: its length is one byte on disk.
-	MaxOriginBytes = 255
-	// MaxRawBytes bounds an encoded event: 16 times the default --max-event-bytes
-	// (1 MiB of payload), room for an event's attributes and a raised flag.
-	MaxRawBytes = 16 << 20
+	// MaxOriginBytes bounds an origin node id, and the node id of SetNodeID: the bound
+	// a receiver puts on ReplicateRequest.origin_node (fanout.Limits.MaxTaskIDBytes).
+	// Its length takes two bytes on disk.
+	MaxOriginBytes = 1024
+	// MaxRawBytes bounds an encoded event. --max-event-bytes (default 1 MiB) has no
+	// ceiling of its own, but gRPC's receive limit is capped at 1 GiB
+	// (fanout.Limits.MaxMessageBytes), and one event is never bigger than the message
+	// that carries it. pebble takes values up to 4 GiB.
+	MaxRawBytes = 1 << 30
 )
 
 // The value of a record key, format 1:
@@ -24,16 +29,17 @@ const (
 //	[1]        flags: bit 0 = deleted; the other bits are 0
 //	[2:10]     version, big-endian uint64
 //	[10:18]    submitted, big-endian int64 (unix nanos at the origin)
-//	[18]       n = len(origin), 0..255
-//	[19:19+n]  origin
-//	[19+n:]    raw: the encoded fanout.v1.Event, 0..MaxRawBytes
+//	[18:20]    n = len(origin), big-endian uint16, 0..MaxOriginBytes
+//	[20:20+n]  origin
+//	[20+n:]    raw: the encoded fanout.v1.Event, 0..MaxRawBytes
 //
 // Every field has a fixed place or an explicit length, so a value has exactly one
-// encoding: decodeValue(v) succeeds only on what encodeValue made.
+// encoding: decodeValue(v) succeeds only on what appendValue made, and appendValue
+// of what it decoded gives v back.
 const (
 	formatV1     = 1
 	flagDeleted  = 1 << 0
-	valueHeader  = 19
+	valueHeader  = 20
 	knownFlagsV1 = flagDeleted
 )
 
@@ -58,7 +64,7 @@ func appendValue(dst []byte, r *Record) []byte {
 	dst = append(dst, formatV1, flags)
 	dst = binary.BigEndian.AppendUint64(dst, r.Version)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(r.Submitted))
-	dst = append(dst, byte(len(r.Origin)))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(r.Origin)))
 	dst = append(dst, r.Origin...)
 	return append(dst, r.Raw...)
 }
@@ -75,7 +81,10 @@ func decodeValue(b []byte) (value, error) {
 	if b[1]&^knownFlagsV1 != 0 {
 		return value{}, fmt.Errorf("%w: unknown flags %#x", errValue, b[1])
 	}
-	n := int(b[18])
+	n := int(binary.BigEndian.Uint16(b[18:20]))
+	if n > MaxOriginBytes {
+		return value{}, fmt.Errorf("%w: origin of %d bytes, over %d", errValue, n, MaxOriginBytes)
+	}
 	if len(b) < valueHeader+n {
 		return value{}, fmt.Errorf("%w: origin of %d bytes, only %d left", errValue, n, len(b)-valueHeader)
 	}
