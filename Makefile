@@ -79,6 +79,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeValue -fuzztime=$(FUZZTIME) ./pkg/store/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeClock -fuzztime=$(FUZZTIME) ./pkg/store/
+	$(GO) test -run='^$$' -fuzz=FuzzServe -fuzztime=$(FUZZTIME) ./pkg/antientropy/
+	$(GO) test -run='^$$' -fuzz=FuzzApplySync -fuzztime=$(FUZZTIME) ./pkg/fanout/
 
 clean:
 	rm -rf bin
