@@ -112,6 +112,9 @@ func Open(dir string, cfg Config) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: creating data dir: %w", err)
 	}
+	if err := checkForeign(dir); err != nil {
+		return nil, err
+	}
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
@@ -122,6 +125,31 @@ func Open(dir string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkForeign refuses a directory that holds files but is not a data dir (it has no
+// lock file, which Open creates before anything else): a mistyped --data-dir must not
+// fill someone's directory with pebble's files. lost+found, at the root of a freshly
+// made file system (a mounted volume), does not count.
+func checkForeign(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("store: data dir %s: %w", dir, err)
+	}
+	var other string
+	for _, e := range entries {
+		switch e.Name() {
+		case lockName:
+			return nil
+		case "lost+found":
+		default:
+			other = e.Name()
+		}
+	}
+	if other != "" {
+		return fmt.Errorf("store: data dir %s holds %s and other files but no %s: it is not a fanout data dir; give an empty or new directory", dir, other, lockName)
+	}
+	return nil
 }
 
 // lockDir takes dir's lock: an fcntl lock on dir/fanout.lock, which the OS drops when

@@ -453,3 +453,31 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatalf("Clock() = %d, want %d", got, writers*each)
 	}
 }
+
+// TestOpenRefusesForeignDir: a directory that holds files but no data dir's lock file
+// is refused, naming a file; an empty one, or one with only lost+found, is taken.
+func TestOpenRefusesForeignDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(dir, DefaultConfig()); err == nil || !strings.Contains(err.Error(), "notes.txt") {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open of a directory with someone's files: %v; want it refused, naming a file", err)
+	}
+	vol := t.TempDir()
+	if err := os.Mkdir(filepath.Join(vol, "lost+found"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(vol, DefaultConfig())
+	if err != nil {
+		t.Fatalf("Open of a fresh volume (only lost+found): %v", err)
+	}
+	s.Close()
+	if s, err = Open(vol, DefaultConfig()); err != nil { // and again: now a data dir
+		t.Fatalf("reopen: %v", err)
+	}
+	s.Close()
+}
