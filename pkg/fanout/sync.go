@@ -172,6 +172,7 @@ func (n *Node) syncWith(l *link) (antientropy.Result, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, roundTimeout)
 	defer cancel()
 	r, err := n.syncer.Round(ctx, digestBounded{l.conn.(SyncPeer), n.cfg.ReplicateTimeout})
+	l.learn(r.PeerID) // its node id for GetStatus; this node itself is dropped
 	l.sync.record(r, err, n.cfg.Now())
 	if err == nil && !r.InSync {
 		n.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,
@@ -222,13 +223,15 @@ func (n *Node) bootstrap() {
 		}()
 	}
 	var synced, unreachable, failed []string
-	pulled := 0
+	pulled, self := 0, 0
 	timeout := time.NewTimer(n.cfg.SyncTimeout)
 	defer timeout.Stop()
 	for range links {
 		select {
 		case o := <-done:
 			switch {
+			case o.l.isSelf.Load(): // this node's own address in --peers
+				self++
 			case o.err == nil:
 				synced = append(synced, o.l.addr)
 				pulled += o.r.Pulled
@@ -246,7 +249,7 @@ func (n *Node) bootstrap() {
 			return
 		}
 	}
-	reason := fmt.Sprintf("ready: synced with %d of %d peers", len(synced), len(links))
+	reason := fmt.Sprintf("ready: synced with %d of %d peers", len(synced), len(links)-self)
 	if len(unreachable) > 0 {
 		reason += fmt.Sprintf("; unreachable: %s", strings.Join(unreachable, ", "))
 	}
