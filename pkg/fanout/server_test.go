@@ -257,6 +257,35 @@ func TestDrainRefusesSubmitAndEmptiesQueues(t *testing.T) {
 	}
 }
 
+// TestDrainRefusesPeerTraffic: from the first moment of a drain the node refuses
+// Replicate and every anti-entropy call with UNAVAILABLE (the sender keeps its events
+// and retries), and the report counts what was sent.
+func TestDrainRefusesPeerTraffic(t *testing.T) {
+	nodes := cluster(t, []string{"a", "b"}, nil)
+	if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rep, err := nodes["a"].node.Drain(ctx)
+	if err != nil || rep.Peers != 1 || rep.Unsent != 0 || rep.Durable {
+		t.Fatalf("Drain: %+v, %v; want one peer, nothing unsent, no data dir", rep, err)
+	}
+	_, err = nodes["a"].peer.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: "b", Events: []*fanoutv1.Event{{TaskId: "x", Version: 1}}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Replicate to a draining node: %v, want UNAVAILABLE", err)
+	}
+	if _, err := nodes["a"].peer.Digest(ctx, &fanoutv1.DigestRequest{NodeId: "b", TreeVersion: 1}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Digest to a draining node: %v, want UNAVAILABLE", err)
+	}
+	if _, err := nodes["a"].peer.Push(ctx, &fanoutv1.PushRequest{NodeId: "b"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Push to a draining node: %v, want UNAVAILABLE", err)
+	}
+	if _, ok := nodes["a"].node.table.Get([]byte("x")); ok {
+		t.Error("the refused Replicate was stored")
+	}
+}
+
 func TestRemoteOlderThanLocalWriteIsNotDelivered(t *testing.T) {
 	tn := startTestNode(t, testConfig("a"))
 	sub := subscribe(t, tn, "")
