@@ -69,7 +69,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY (seed 000)")
 	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached (seed 000: a dead peer deserves the longer pause)")
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
-	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call; a slower peer counts as congested")
+	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call, and of each Digest call of an anti-entropy round; a slower peer counts as congested (a Digest past it fails that round, which the next interval retries, so a frozen peer does not hold up the rounds with the others)")
 	fs.IntVar(&c.State.MaxKeys, "state-max-keys", c.State.MaxKeys, "keys the state table holds, deleted ones included; at the bound a new key is refused (REFUSED to the app, BUSY to peers) and counted")
 	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~105 bytes per key on top, docs/BENCHMARKS.md)")
 	fs.DurationVar(&c.State.TombstoneTTL, "tombstone-ttl", c.State.TombstoneTTL, "how long a deleted key is remembered; a write older than the delete that arrives later than this brings the key back")
