@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -21,6 +22,38 @@ const maxObservedSkew = time.Minute
 type hlc struct {
 	last atomic.Uint64 // highest version handed out or observed
 	now  func() time.Time
+
+	// With --data-dir, versions are leased: cover saves a mark at or above every
+	// version before it leaves the node (extend: the store's RaiseClock), so that a
+	// restarted node, whose clock starts at the saved mark, never hands out a version
+	// it had already sent, even one that was never committed. leased is the saved
+	// mark; leaseMu serializes extensions. extend nil: no lease (memory only).
+	leased  atomic.Uint64
+	leaseMu sync.Mutex
+	extend  func(upTo uint64) error
+}
+
+// leaseAhead is how far past the wall clock a lease reaches: versions that follow
+// the wall clock extend it about once a second, one fsync.
+const leaseAhead = time.Second
+
+// cover makes sure the lease reaches v: it returns at once if it does, and saves a
+// new mark (v, or a second past the wall clock if that is higher) if not.
+func (c *hlc) cover(v uint64) error {
+	if c.extend == nil || v <= c.leased.Load() {
+		return nil
+	}
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	if v <= c.leased.Load() {
+		return nil
+	}
+	to := max(v, wallVersion(c.now().Add(leaseAhead)))
+	if err := c.extend(to); err != nil {
+		return err
+	}
+	c.leased.Store(to)
+	return nil
 }
 
 // reserve hands out n consecutive versions and returns the first.
@@ -52,6 +85,7 @@ func (c *hlc) observe(v uint64) {
 // restore moves the clock to at least v, with no skew bound: v is this node's own
 // persisted high-water mark (--data-dir), which its versions must never go below.
 func (c *hlc) restore(v uint64) {
+	c.leased.Store(max(c.leased.Load(), v))
 	for {
 		old := c.last.Load()
 		if v <= old || c.last.CompareAndSwap(old, v) {

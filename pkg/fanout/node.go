@@ -106,6 +106,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	if persist != nil {
 		persist.table = table
+		n.clock.extend = cfg.Store.RaiseClock
 		if err := n.load(); err != nil {
 			return nil, err
 		}
@@ -374,6 +375,13 @@ func (n *Node) ackDeadline(ctx context.Context, req *fanoutv1.SubmitRequest) tim
 func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) ([]batcher.Task[*fanoutv1.Event], error) {
 	now := n.cfg.Now()
 	next := n.clock.reserve(len(events))
+	top := next + uint64(len(events)) - 1
+	for _, ev := range events {
+		top = max(top, ev.Version)
+	}
+	if err := n.clock.cover(top); err != nil { // before any version can leave the node
+		return nil, fmt.Errorf("%w: saving the clock: %v", ErrNotDurable, err)
+	}
 	tasks := make([]batcher.Task[*fanoutv1.Event], 0, len(events))
 	resp.Versions = make([]uint64, len(events))
 	resp.Results = make([]*fanoutv1.EventResult, len(events))

@@ -18,8 +18,10 @@ type Store interface {
 	Load(fn func(store.Record) error) error
 	// Commit writes puts and removes deletes, atomically and durably (fsynced).
 	Commit(puts []store.Record, deletes [][]byte) error
-	// Clock is the highest Version ever committed.
+	// Clock is the highest Version ever committed or RaiseClock'd.
 	Clock() uint64
+	// RaiseClock saves v as the clock's mark if it is higher, durably.
+	RaiseClock(v uint64) error
 }
 
 // ErrNotDurable wraps a failed commit to the data dir: the events are applied in

@@ -293,3 +293,49 @@ func TestDataDirSubmitStream(t *testing.T) {
 		t.Logf("%d pipelined requests, %d commits", requests, s.Commits)
 	}
 }
+
+// TestDataDirClockLease: a version handed out is covered on disk before it can leave
+// the node, even if its event never reaches the disk: a restarted node never hands
+// it out again (with the same origin and another payload, two nodes would disagree
+// for good: the digests compare stamps, not payloads).
+func TestDataDirClockLease(t *testing.T) {
+	dir := t.TempDir()
+	fs := &failingStore{Store: openTestStore(t, dir)}
+	cfg := testConfig("a")
+	cfg.Store = fs
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ahead := wallVersion(time.Now().Add(50 * time.Second)) // the clock runs ahead of the wall
+	if _, err := n.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Version: ahead}}}); err != nil {
+		t.Fatal(err)
+	}
+	fs.fail.Store(true) // x is applied and queued for the peers, but never committed
+	resp, err := n.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "first")}})
+	if status.Code(toStatus(err)) != codes.Unavailable {
+		t.Fatalf("Submit with a failing disk: %v, %v; want UNAVAILABLE", resp, err)
+	}
+	sent, _ := n.table.Get([]byte("x"))
+	n.Close()
+	fs.Store.Close()
+
+	st := openTestStore(t, dir)
+	cfg.Store = st
+	n2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if _, ok := n2.table.Get([]byte("x")); ok {
+		t.Fatal("x was never committed, yet it was loaded")
+	}
+	resp, err = n2.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "second")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := resp.Versions[0]; v <= sent.Stamp.Version {
+		t.Fatalf("after the restart x got version %d, not above %d, which the node handed out (and sent) before", v, sent.Stamp.Version)
+	}
+}

@@ -51,7 +51,9 @@
 // and pebble folds the operands into their maximum. So the mark is saved atomically
 // with the records it covers, and concurrent Commits that land in any order leave
 // the maximum, which a plain Set would not. The merge operator's name is saved by
-// pebble in the dir; pebble refuses to open the dir with another.
+// pebble in the dir; pebble refuses to open the dir with another. RaiseClock adds an
+// operand on its own, fsynced: the node leases versions ahead of use with it (about
+// once a second), so that the mark covers versions it handed out but never committed.
 //
 // # Durability: the fsync policy, and what it costs
 //

@@ -285,6 +285,24 @@ func (s *Store) SetNodeID(id string) error {
 // disk: a restarted node reads it back, and must not write a version at or below it.
 func (s *Store) Clock() uint64 { return s.clock.Load() }
 
+// RaiseClock raises the clock's high-water mark to v (never lowers it), durably:
+// the node leases versions ahead of use with it, so that a restart starts above every
+// version it handed out, committed or not.
+func (s *Store) RaiseClock(v uint64) error {
+	if v <= s.clock.Load() {
+		return nil
+	}
+	if err := s.use(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := s.db.Merge([]byte(metaClock), encodeClock(v), pebble.Sync); err != nil {
+		return fmt.Errorf("store: saving the clock: %w", err)
+	}
+	s.raiseClock(v)
+	return nil
+}
+
 // Load calls fn with every record, in key order (bytewise), and stops at fn's first
 // error, which it returns. r.Key and r.Raw alias the store's memory and are valid only
 // until fn returns: fn copies what it keeps (r.Origin is a string of its own, one per

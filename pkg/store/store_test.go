@@ -481,3 +481,28 @@ func TestOpenRefusesForeignDir(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestRaiseClock: RaiseClock raises the high-water mark durably and never lowers it.
+func TestRaiseClock(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []uint64{100, 50} {
+		if err := s.RaiseClock(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Clock(); got != 100 {
+		t.Fatalf("Clock = %d, want 100 (raised to 100, never lowered to 50)", got)
+	}
+	s.Close()
+	if s, err = Open(dir, DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Clock(); got != 100 {
+		t.Fatalf("Clock after reopen = %d, want 100", got)
+	}
+}
