@@ -438,10 +438,7 @@ func TestKill9DataDirRounds(t *testing.T) {
 	// a node killed has the events it acknowledged in the last batchingDelay on its
 	// disk only, so the test fails if the data dir does not keep them (memory-only
 	// nodes lose some).
-	ss := specs(3, append(slices.Clone(durableFlags), "--max-batching-delay="+batchingDelay.String())...)
-	for i := range ss {
-		ss[i].Flags = append(ss[i].Flags, "--data-dir="+t.TempDir())
-	}
+	ss := withDataDirs(t, specs(3, append(slices.Clone(durableFlags), "--max-batching-delay="+batchingDelay.String())...))
 	c := startCluster(t, ss...)
 	cv := watch(t, c)
 	w := startWriters(t, c, writersSpec{prefix: "kill9dd/", keys: 400, batch: 4, fresh: 1, interval: 40 * time.Millisecond,
@@ -506,9 +503,7 @@ func TestRollingRestart(t *testing.T) {
 		t.Run(fmt.Sprintf("data-dir=%v", durable), func(t *testing.T) {
 			ss := specs(3, durableFlags...)
 			if durable {
-				for i := range ss {
-					ss[i].Flags = append(ss[i].Flags, "--data-dir="+t.TempDir())
-				}
+				ss = withDataDirs(t, ss)
 			}
 			c := startCluster(t, ss...)
 			cv := watch(t, c)
@@ -583,9 +578,7 @@ func TestSigtermReceiverAckAll(t *testing.T) {
 		t.Run(fmt.Sprintf("data-dir=%v", durable), func(t *testing.T) {
 			ss := specs(3, durableFlags...)
 			if durable {
-				for i := range ss {
-					ss[i].Flags = append(ss[i].Flags, "--data-dir="+t.TempDir())
-				}
+				ss = withDataDirs(t, ss)
 			}
 			c := startCluster(t, ss...)
 			cn := c.node(2)
@@ -767,4 +760,12 @@ func TestRestartedClockNeverGoesBack(t *testing.T) {
 				len(got), k, v, hwm, ms(lead(v)), wallVersion())
 		})
 	}
+}
+
+// withDataDirs gives every node of ss its own --data-dir, removed with the test.
+func withDataDirs(t *testing.T, ss []nodeSpec) []nodeSpec {
+	for i := range ss {
+		ss[i].Flags = append(ss[i].Flags, "--data-dir="+t.TempDir())
+	}
+	return ss
 }
