@@ -68,7 +68,19 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 			p.GetPermanent(), p.GetStale())
 	}
 	tw.Flush()
+	printPeerErrors(w, st, time.Now())
 	printSync(w, st, time.Now())
+}
+
+// printPeerErrors prints why each failing peer fails: its latest failed Replicate.
+func printPeerErrors(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time) {
+	for _, p := range st.GetPeers() {
+		if e := p.GetLastError(); e != nil {
+			fmt.Fprintf(w, "\nlast error to %s (%s, %s ago): %s", p.GetAddress(), e.GetClass(),
+				now.Sub(e.GetAt().AsTime()).Round(time.Second), e.GetMessage())
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // printSync prints each peer's anti-entropy rounds (SPEC §14).

@@ -2,6 +2,8 @@ package fanout
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +196,51 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 	waitFor(t, "probe closes the breaker and the event arrives", func() bool {
 		return breakerIs("closed")() && peerStatus(tn).Succeeded == 1
 	})
+}
+
+// TestPeerLastError: a failed Replicate shows in GetStatus as the peer's last error,
+// with its class and message, and is logged; a later failure of another class
+// replaces it.
+func TestPeerLastError(t *testing.T) {
+	p := &scriptedPeer{script: script(failWith(codes.Unavailable), failWith(codes.InvalidArgument))}
+	logs := &syncWriter{}
+	tn := nodeWithPeer(t, p.handle, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	if st := peerStatus(tn); st.GetLastError() != nil {
+		t.Fatalf("last error before any call: %v", st.GetLastError())
+	}
+	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "v")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the network failure, then the permanent one", func() bool { return p.callCount() >= 2 })
+	waitFor(t, "the permanent failure recorded", func() bool { return peerStatus(tn).GetLastError().GetClass() == "permanent" })
+	e := peerStatus(tn).GetLastError()
+	if !strings.Contains(e.GetMessage(), "scripted") || e.GetAt() == nil {
+		t.Fatalf("last error %v; want the peer's message and a time", e)
+	}
+	for _, want := range []string{`class=network`, `class=permanent`, "replicate to peer failed"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// syncWriter is a log buffer that slog handlers on several goroutines may write to
+// while the test reads it.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

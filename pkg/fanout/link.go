@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // link is the path to one peer: its batcher, and the connection the batcher's workers
@@ -24,7 +26,64 @@ type link struct {
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
 	isSelf atomic.Bool            // the peer answered with our own node id
 	sync   syncStats              // anti-entropy rounds with this peer (sync.go)
+	err    peerError              // the latest failed Replicate
 	once   sync.Once
+}
+
+// peerError is a link's latest failed Replicate call, for GetStatus, and the state of
+// its WARN log: a new message is logged at once, the same one again at most every
+// peerErrorLogEvery.
+type peerError struct {
+	mu          sync.Mutex
+	class, msg  string
+	at          time.Time
+	logged      string
+	loggedAt    time.Time
+	sinceLogged int // failures with the logged message since it was logged
+}
+
+// peerErrorLogEvery spaces the WARN lines of a peer that keeps failing the same way:
+// a dead peer fails every --network-failure-retry-delay.
+const peerErrorLogEvery = 30 * time.Second
+
+// record stores a failure and reports whether to log it, and how many of the same
+// failed since the last line.
+func (e *peerError) record(class, msg string, now time.Time) (log bool, repeats int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.class, e.msg, e.at = class, msg, now
+	if msg == e.logged && now.Sub(e.loggedAt) < peerErrorLogEvery {
+		e.sinceLogged++
+		return false, 0
+	}
+	repeats = e.sinceLogged
+	e.logged, e.loggedAt, e.sinceLogged = msg, now, 0
+	return true, repeats
+}
+
+func (e *peerError) status() *fanoutv1.PeerError {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.at.IsZero() {
+		return nil
+	}
+	return &fanoutv1.PeerError{Class: e.class, Message: e.msg, At: timestamppb.New(e.at)}
+}
+
+// failed records a failed Replicate, unless it is the breaker's own refusal (the
+// cause that opened it stays the last error), and logs it (rate-limited).
+func (l *link) failed(c batcher.Class, err error) {
+	if errors.Is(err, breaker.ErrOpen) {
+		return
+	}
+	class := map[batcher.Class]string{batcher.Congestion: "congestion", batcher.NetworkFailure: "network"}[c]
+	if class == "" {
+		class = "permanent"
+	}
+	if log, repeats := l.err.record(class, err.Error(), l.node.cfg.Now()); log {
+		l.node.log.Warn("replicate to peer failed", "peer", l.addr, "node_id", l.peerNodeID(), "class", class,
+			"err", err.Error(), "same_since_last_line", repeats)
+	}
 }
 
 var _ batcher.Processor[*fanoutv1.Event] = (*link)(nil)
@@ -97,7 +156,9 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event
 		return err
 	})
 	if err != nil {
-		return batcher.Result{Class: classOf(err), Err: err}
+		c := classOf(err)
+		l.failed(c, err)
+		return batcher.Result{Class: c, Err: err}
 	}
 	l.learn(resp.GetNodeId())
 	items := make([]batcher.ItemOutcome, len(resp.Statuses))

@@ -43,6 +43,7 @@ func (l *link) status() *fanoutv1.PeerStatus {
 		ReprocessQueue: st.ReprocessQueue,
 		IdleWorkers:    st.IdleWorkers,
 		Sync:           l.sync.status(),
+		LastError:      l.err.status(),
 	}
 }
 

@@ -275,3 +275,34 @@ func checkMaxPayload(t *testing.T, cli fanoutv1.FanoutServiceClient, max int) {
 		}
 	}
 }
+
+// TestUnresolvablePeer points a node at a peer whose host name does not resolve and
+// checks that the reason is visible: GetStatus gives the peer's last error (class
+// network, saying the name does not resolve), and the log has a WARN line with it.
+func TestUnresolvablePeer(t *testing.T) {
+	const peer = "no-such-peer.invalid:7071"
+	c := startCluster(t, nodeSpec{ID: "A", Flags: []string{"--peers=" + peer}})
+	a := c.node(0)
+	submit(t, c, 0, updates("unresolvable/", 1, 1, 1), newExpectations())
+	var last *fanoutv1.PeerError
+	eventually(t, convergeTimeout, "A's last error for "+peer, func() error {
+		st, err := a.status()
+		if err != nil {
+			return err
+		}
+		if len(st.GetPeers()) != 1 || st.GetPeers()[0].GetLastError() == nil {
+			return fmt.Errorf("peers %v: no last error yet", st.GetPeers())
+		}
+		last = st.GetPeers()[0].GetLastError()
+		return nil
+	})
+	// gRPC's DNS resolver says "name resolver error: produced zero addresses"; the Go
+	// resolver, "no such host".
+	if msg := last.GetMessage(); last.GetClass() != "network" || !(strings.Contains(msg, "resolver") || strings.Contains(msg, "no such host")) {
+		t.Fatalf("last error %v; want class network and a message saying the name does not resolve", last)
+	}
+	if !strings.Contains(a.log(), `"msg":"replicate to peer failed","peer":"`+peer+`"`) {
+		t.Error("A's log has no WARN line for the failing peer")
+	}
+	t.Logf("A's last error for %s: %s: %s", peer, last.GetClass(), last.GetMessage())
+}

@@ -1280,7 +1280,11 @@ type PeerStatus struct {
 	ReprocessQueue uint64 `protobuf:"varint,17,opt,name=reprocess_queue,json=reprocessQueue,proto3" json:"reprocess_queue,omitempty"`
 	IdleWorkers    uint64 `protobuf:"varint,18,opt,name=idle_workers,json=idleWorkers,proto3" json:"idle_workers,omitempty"`
 	// sync is anti-entropy with this peer (SPEC §14), as the caller of the rounds.
-	Sync          *SyncStatus `protobuf:"bytes,19,opt,name=sync,proto3" json:"sync,omitempty"`
+	Sync *SyncStatus `protobuf:"bytes,19,opt,name=sync,proto3" json:"sync,omitempty"`
+	// last_error is the latest Replicate to this peer that failed: why the peer is
+	// not getting its events (an unknown host, a refused connection, a timeout).
+	// Refusals by this node's own open breaker do not replace it. Unset if none.
+	LastError     *PeerError `protobuf:"bytes,20,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1448,6 +1452,77 @@ func (x *PeerStatus) GetSync() *SyncStatus {
 	return nil
 }
 
+func (x *PeerStatus) GetLastError() *PeerError {
+	if x != nil {
+		return x.LastError
+	}
+	return nil
+}
+
+// PeerError is one failed Replicate call to a peer.
+type PeerError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// class is how the sender treats it: "network" (retried after
+	// --network-failure-retry-delay; counts against the breaker), "congestion"
+	// (retried after --congestion-retry-delay) or "permanent" (the batch is dropped).
+	Class         string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerError) Reset() {
+	*x = PeerError{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerError) ProtoMessage() {}
+
+func (x *PeerError) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerError.ProtoReflect.Descriptor instead.
+func (*PeerError) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PeerError) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *PeerError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PeerError) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 // SyncStatus is this node's anti-entropy rounds with one peer.
 type SyncStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1478,7 +1553,7 @@ type SyncStatus struct {
 
 func (x *SyncStatus) Reset() {
 	*x = SyncStatus{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1565,7 @@ func (x *SyncStatus) String() string {
 func (*SyncStatus) ProtoMessage() {}
 
 func (x *SyncStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1578,7 @@ func (x *SyncStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
 func (*SyncStatus) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SyncStatus) GetRounds() uint64 {
@@ -1672,7 +1747,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\arefused\x18\b \x01(\x04R\arefused\x12\x14\n" +
 	"\x05stale\x18\t \x01(\x04R\x05stale\x12\x1c\n" +
 	"\tcollected\x18\n" +
-	" \x01(\x04R\tcollected\"\xcc\x04\n" +
+	" \x01(\x04R\tcollected\"\x81\x05\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
@@ -1698,7 +1773,13 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\x0eacceptor_queue\x18\x10 \x01(\x04R\racceptorQueue\x12'\n" +
 	"\x0freprocess_queue\x18\x11 \x01(\x04R\x0ereprocessQueue\x12!\n" +
 	"\fidle_workers\x18\x12 \x01(\x04R\vidleWorkers\x12)\n" +
-	"\x04sync\x18\x13 \x01(\v2\x15.fanout.v1.SyncStatusR\x04sync\"\xe4\x02\n" +
+	"\x04sync\x18\x13 \x01(\v2\x15.fanout.v1.SyncStatusR\x04sync\x123\n" +
+	"\n" +
+	"last_error\x18\x14 \x01(\v2\x14.fanout.v1.PeerErrorR\tlastError\"g\n" +
+	"\tPeerError\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xe4\x02\n" +
 	"\n" +
 	"SyncStatus\x12\x16\n" +
 	"\x06rounds\x18\x01 \x01(\x04R\x06rounds\x12\x16\n" +
@@ -1751,7 +1832,7 @@ func file_fanout_v1_fanout_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_fanout_v1_fanout_proto_goTypes = []any{
 	(AckPolicy)(0),                // 0: fanout.v1.AckPolicy
 	(EventOutcome)(0),             // 1: fanout.v1.EventOutcome
@@ -1770,47 +1851,50 @@ var file_fanout_v1_fanout_proto_goTypes = []any{
 	(*GetStatusResponse)(nil),     // 14: fanout.v1.GetStatusResponse
 	(*StateStatus)(nil),           // 15: fanout.v1.StateStatus
 	(*PeerStatus)(nil),            // 16: fanout.v1.PeerStatus
-	(*SyncStatus)(nil),            // 17: fanout.v1.SyncStatus
-	nil,                           // 18: fanout.v1.Event.AttributesEntry
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*PeerError)(nil),             // 17: fanout.v1.PeerError
+	(*SyncStatus)(nil),            // 18: fanout.v1.SyncStatus
+	nil,                           // 19: fanout.v1.Event.AttributesEntry
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_fanout_v1_fanout_proto_depIdxs = []int32{
-	18, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
-	19, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
+	19, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
+	20, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
 	3,  // 2: fanout.v1.SubmitRequest.events:type_name -> fanout.v1.Event
 	0,  // 3: fanout.v1.SubmitRequest.ack:type_name -> fanout.v1.AckPolicy
-	19, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
+	20, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
 	7,  // 5: fanout.v1.SubmitResponse.peer_acks:type_name -> fanout.v1.PeerAck
 	6,  // 6: fanout.v1.SubmitResponse.results:type_name -> fanout.v1.EventResult
 	1,  // 7: fanout.v1.EventResult.outcome:type_name -> fanout.v1.EventOutcome
 	2,  // 8: fanout.v1.PeerAck.state:type_name -> fanout.v1.PeerAckState
 	3,  // 9: fanout.v1.SubscribeResponse.event:type_name -> fanout.v1.Event
-	20, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
+	21, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
 	10, // 11: fanout.v1.SubscribeResponse.batch:type_name -> fanout.v1.Entry
 	3,  // 12: fanout.v1.Entry.event:type_name -> fanout.v1.Event
-	20, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
+	21, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
 	10, // 14: fanout.v1.GetResponse.entries:type_name -> fanout.v1.Entry
 	16, // 15: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
 	15, // 16: fanout.v1.GetStatusResponse.state:type_name -> fanout.v1.StateStatus
-	17, // 17: fanout.v1.PeerStatus.sync:type_name -> fanout.v1.SyncStatus
-	20, // 18: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
-	19, // 19: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
-	4,  // 20: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
-	4,  // 21: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
-	8,  // 22: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
-	11, // 23: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
-	13, // 24: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
-	5,  // 25: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
-	5,  // 26: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
-	9,  // 27: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
-	12, // 28: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
-	14, // 29: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 17: fanout.v1.PeerStatus.sync:type_name -> fanout.v1.SyncStatus
+	17, // 18: fanout.v1.PeerStatus.last_error:type_name -> fanout.v1.PeerError
+	21, // 19: fanout.v1.PeerError.at:type_name -> google.protobuf.Timestamp
+	21, // 20: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
+	20, // 21: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
+	4,  // 22: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
+	4,  // 23: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
+	8,  // 24: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
+	11, // 25: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
+	13, // 26: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
+	5,  // 27: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
+	5,  // 28: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
+	9,  // 29: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
+	12, // 30: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
+	14, // 31: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
+	27, // [27:32] is the sub-list for method output_type
+	22, // [22:27] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_fanout_proto_init() }
@@ -1824,7 +1908,7 @@ func file_fanout_v1_fanout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_fanout_proto_rawDesc), len(file_fanout_v1_fanout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
