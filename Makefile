@@ -12,8 +12,10 @@ FUZZTIME ?= 30s
 all: build
 
 ## build: compile the sidecar into bin/sidecar
+# -buildvcs=auto: record the git commit for `sidecar version` and fanout_build_info
+# in a git checkout, even where GOFLAGS turns it off (and build without it elsewhere).
 build:
-	$(GO) build -o bin/sidecar ./cmd/sidecar
+	$(GO) build -buildvcs=auto -o bin/sidecar ./cmd/sidecar
 
 ## demo: a local 3-node cluster under live load (Ctrl-C to stop)
 demo: build

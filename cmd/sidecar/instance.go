@@ -66,7 +66,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srvMetrics := grpcprom.NewServerMetrics()
 	cliMetrics := grpcprom.NewClientMetrics()
-	reg.MustRegister(srvMetrics, cliMetrics)
+	reg.MustRegister(srvMetrics, cliMetrics, buildInfoGauge(buildInfo()))
 
 	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)
 	c.node.Logger = c.log

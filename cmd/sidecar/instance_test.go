@@ -51,10 +51,11 @@ func TestInstanceWiring(t *testing.T) {
 		}
 	}
 	for path, want := range map[string]string{
-		"/metrics": `fanout_peer_events_total{kind="accepted",peer="127.0.0.1:1"}`,
-		"/healthz": "ok",
+		"/metrics":  `fanout_peer_events_total{kind="accepted",peer="127.0.0.1:1"}`,
+		"/metrics#": `fanout_build_info{goversion="go`,
+		"/healthz":  "ok",
 	} {
-		body := httpGet(t, "http://"+adminAddr+path)
+		body := httpGet(t, "http://"+adminAddr+strings.TrimSuffix(path, "#"))
 		if !strings.Contains(body, want) {
 			t.Errorf("%s lacks %q", path, want)
 		}

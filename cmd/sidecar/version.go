@@ -5,11 +5,58 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
-// version is set at link time: -ldflags "-X main.version=v1.2.3".
+// version is set at link time: -ldflags "-X main.version=v1.2.3". Without it, the
+// module version Go recorded is used (v1.2.3 after `go install …@v1.2.3`), else "dev".
 var version = "dev"
+
+// build is what this binary knows about how it was built.
+type build struct {
+	version, revision string // revision: the VCS commit, "+dirty" if the tree had changes; "unknown" if not recorded
+	time              string // the commit's time, "" if not recorded
+}
+
+// buildInfo reads the version and the VCS stamp Go embeds in the binary (go build in a
+// git checkout records them; go run, go test and -buildvcs=false do not).
+func buildInfo() build {
+	b := build{version: version, revision: "unknown"}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	if b.version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		b.version = bi.Main.Version
+	}
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.revision = s.Value
+		case "vcs.time":
+			b.time = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty && b.revision != "unknown" {
+		b.revision += "+dirty"
+	}
+	return b
+}
+
+// buildInfoGauge is fanout_build_info: always 1, its labels say what runs.
+func buildInfoGauge(b build) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "fanout_build_info",
+		Help:        "Always 1; the labels name the running build: version, VCS revision, Go version.",
+		ConstLabels: prometheus.Labels{"version": b.version, "revision": b.revision, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
+}
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
@@ -17,15 +64,12 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rev := "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						rev = s.Value
-					}
-				}
+			b := buildInfo()
+			when := ""
+			if b.time != "" {
+				when = ", committed " + b.time
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "sidecar %s (commit %s, %s %s/%s)\n", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(cmd.OutOrStdout(), "sidecar %s (commit %s%s, %s %s/%s)\n", b.version, b.revision, when, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}
