@@ -74,18 +74,18 @@ func (c *hlc) observe(v uint64) {
 	if v > wallVersion(c.now().Add(maxObservedSkew)) {
 		return
 	}
-	for {
-		old := c.last.Load()
-		if v <= old || c.last.CompareAndSwap(old, v) {
-			return
-		}
-	}
+	c.raise(v)
 }
 
 // restore moves the clock to at least v, with no skew bound: v is this node's own
 // persisted high-water mark (--data-dir), which its versions must never go below.
 func (c *hlc) restore(v uint64) {
 	c.leased.Store(max(c.leased.Load(), v))
+	c.raise(v)
+}
+
+// raise moves the clock to at least v.
+func (c *hlc) raise(v uint64) {
 	for {
 		old := c.last.Load()
 		if v <= old || c.last.CompareAndSwap(old, v) {

@@ -76,9 +76,12 @@ func (l *link) failed(c batcher.Class, err error) {
 	if errors.Is(err, breaker.ErrOpen) {
 		return
 	}
-	class := map[batcher.Class]string{batcher.Congestion: "congestion", batcher.NetworkFailure: "network"}[c]
-	if class == "" {
-		class = "permanent"
+	class := "permanent"
+	switch c {
+	case batcher.Congestion:
+		class = "congestion"
+	case batcher.NetworkFailure:
+		class = "network"
 	}
 	if log, repeats := l.err.record(class, err.Error(), l.node.cfg.Now()); log {
 		l.node.log.Warn("replicate to peer failed", "peer", l.addr, "node_id", l.peerNodeID(), "class", class,

@@ -250,6 +250,21 @@ func (n *Node) WaitsForAcks(req *fanoutv1.SubmitRequest) bool {
 
 // submitChecked is Submit after precheck.
 func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
+	resp, err := n.submitQueued(ctx, req)
+	if err == nil {
+		err = n.durable(ctx, resp) // at once for a request that waited for acks
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// submitQueued is submitChecked without the last wait for the disk: a request that
+// waits for acks waits for the disk beside its peers; a QUEUED one returns once its
+// events are queued, and the caller calls durable before it answers (SubmitStream
+// applies the next requests meanwhile, so that they share a commit).
+func (n *Node) submitQueued(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
 	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId()}
 	tasks, err := n.prepare(req.GetEvents(), resp)
 	if err != nil {
@@ -260,25 +275,6 @@ func (n *Node) submitChecked(ctx context.Context, req *fanoutv1.SubmitRequest) (
 		return n.submitAndWait(ctx, req, links, tasks, resp, need)
 	}
 	if err := n.offer(ctx, links, tasks); err != nil {
-		return nil, err
-	}
-	if err := n.durable(ctx, resp); err != nil {
-		return nil, err
-	}
-	resp.Satisfied = true
-	return resp, nil
-}
-
-// submitQueued is submitChecked for a request that waits for no peer, without the
-// wait for the disk: the caller calls durable before it answers (SubmitStream
-// applies the next requests meanwhile, so that they share a commit).
-func (n *Node) submitQueued(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
-	resp := &fanoutv1.SubmitResponse{RequestId: req.GetRequestId()}
-	tasks, err := n.prepare(req.GetEvents(), resp)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.offer(ctx, *n.links.Load(), tasks); err != nil {
 		return nil, err
 	}
 	resp.Satisfied = true

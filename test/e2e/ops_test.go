@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -193,29 +195,16 @@ func testShutdownTimeout(t *testing.T) {
 			}
 			b.restart()
 			a.restart()
-			if err := waitState(b, exp.snapshot(), convergeTimeout); err != nil {
-				t.Fatalf("B after A came back from its data dir: %v", err)
-			}
+			kept := exp.snapshot()
+			ids := slices.Collect(maps.Keys(kept))
+			eventually(t, convergeTimeout, "B holds A's kept events after A came back from its data dir", func() error {
+				got, err := getIDs(b, ids)
+				if err == nil {
+					err = diffState(b.spec.ID, got, kept, false)
+				}
+				return err
+			})
 		})
-	}
-}
-
-// waitState waits until n's Get holds every task of want at its (version, origin).
-func waitState(n *node, want map[string]expected, timeout time.Duration) error {
-	ids := make([]string, 0, len(want))
-	for id := range want {
-		ids = append(ids, id)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		got, err := getIDs(n, ids)
-		if err == nil {
-			err = diffState(n.spec.ID, got, want, false)
-		}
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
 	}
 }
 
