@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test deps unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -23,7 +23,11 @@ demo: build
 
 ## test: everything CI checks — format, vet, proto lint, generated code is current,
 ## and every test (unit, handler, fuzz seeds, end-to-end) with the race detector
-test: fmt-check vet lint check-generated unit
+test: fmt-check vet lint check-generated deps unit
+
+## deps: install the test tools Go does not bring (promtool, Python's grpc), if missing
+deps:
+	bash test/deps.sh
 
 unit:
 	$(GO) test -race -count=1 ./...

@@ -414,11 +414,46 @@ func (n *node) running() bool {
 }
 
 // signal sends sig to the process.
+//
+// SIGSTOP returns once every thread of the process has stopped. kill(2) wakes one
+// thread to begin the group stop; until that thread has run, the others run on, and
+// a thread that network data woke can still answer a call. On a loaded machine that
+// took long enough for A to get a Replicate answered by a "frozen" C.
 func (n *node) signal(sig syscall.Signal) {
 	n.t.Helper()
 	if err := n.cmd.Process.Signal(sig); err != nil {
 		n.t.Fatalf("node %d: signal %s: %v", n.index, sig, err)
 	}
+	if sig == syscall.SIGSTOP {
+		eventually(n.t, 5*time.Second, fmt.Sprintf("node %d (%s) to stop", n.index, n.spec.ID), func() error {
+			return allStopped(n.cmd.Process.Pid)
+		})
+	}
+}
+
+// allStopped reports whether every thread of process pid is in state T (stopped),
+// from /proc/<pid>/task/<tid>/stat.
+func allStopped(pid int) error {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
+		if err != nil {
+			return err
+		}
+		// "tid (comm) S ...": the state follows the last ')'; comm may hold spaces.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return fmt.Errorf("thread %s: unreadable stat %q", t.Name(), b)
+		}
+		if st := b[i+2]; st != 'T' {
+			return fmt.Errorf("thread %s is in state %c", t.Name(), st)
+		}
+	}
+	return nil
 }
 
 // wait waits up to timeout for the process to exit and returns its state.
