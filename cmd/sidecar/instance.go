@@ -64,8 +64,11 @@ type instance struct {
 func startInstance(c instanceConfig) (*instance, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srvMetrics := grpcprom.NewServerMetrics()
-	cliMetrics := grpcprom.NewClientMetrics()
+	// Handling-time histograms: every RPC's latency by service and method, on the
+	// same buckets as the node's own latencies.
+	buckets := grpcprom.WithHistogramBuckets(fanout.LatencyBuckets())
+	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(buckets))
+	cliMetrics := grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(buckets))
 	reg.MustRegister(srvMetrics, cliMetrics, buildInfoGauge(buildInfo()))
 
 	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)

@@ -43,6 +43,12 @@ type Node struct {
 	subscribers atomic.Int64  // open Subscribe streams
 	delivered   atomic.Uint64 // entries sent on Subscribe streams
 
+	// For /metrics (observe.go): submitted events by outcome, received ones by origin
+	// and outcome, and how long ack-waiting Submits waited.
+	submitted [subOutcomes]atomic.Uint64
+	received  receivedStats
+	ackWait   *ackWaits
+
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
 	wheel    *timingwheel.Wheel
@@ -99,6 +105,7 @@ func New(cfg Config) (*Node, error) {
 		table:    table,
 		persist:  persist,
 		removeCh: make(chan *link, len(cfg.Peers)),
+		ackWait:  newAckWaits(),
 	}
 	n.readiness.done = make(chan struct{})
 	if n.syncer, err = n.newSyncer(); err != nil {
@@ -324,6 +331,7 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 	op.Init(op, n.ackDeadline(ctx, req))
 	keys := n.acks.register(op, tasks)
 	defer n.acks.unregister(op, keys)
+	start := n.cfg.Now()
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
 		n.purg.Cancel(op)
@@ -343,6 +351,7 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 		return nil, ErrClosed
 	}
 	resp.PeerAcks, resp.Satisfied = op.result()
+	n.ackWait.observe(req.GetAck(), resp.Satisfied, n.cfg.Now().Sub(start))
 	return resp, nil
 }
 
@@ -402,6 +411,7 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 			Stamp: state.Stamp{Version: ev.Version, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: ev.Deleted,
 		}, now)
 		resp.Results[i] = n.eventResult(res)
+		n.submitted[submittedOutcome(res.Outcome)].Add(1)
 		if res.Outcome == state.Applied {
 			tasks = append(tasks, batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)})
 		}
@@ -470,8 +480,14 @@ func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, erro
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
 	now := n.cfg.Now()
 	limit := maxVersion(now, maxPeerAhead)
+	from := n.received.of(req.origin)
 	for i, raw := range req.events {
-		resp.Statuses[i] = n.admit(i, raw, &req, now, limit)
+		st := n.admit(i, raw, &req, now, limit)
+		resp.Statuses[i] = st
+		from.outcomes[recvOutcome(st)].Add(1)
+		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.submitted) > i {
+			from.observeLag(now, req.submitted[i])
+		}
 	}
 	return resp, nil
 }
