@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,4 +112,35 @@ func TestReceivedStatsBoundsOrigins(t *testing.T) {
 	if r.of("node-0") != m["node-0"] || r.of("node-999") != m[otherOrigin] {
 		t.Error("a known origin or one past the bound got new counters")
 	}
+}
+
+// BenchmarkObserve is what the metrics add on the hot paths (docs/BENCHMARKS.md):
+// at the receiver, per request of 10 events, the origin's counters, a count by
+// outcome per event added once, and a lag observation per event, on two goroutines
+// at once (two Replicate calls in parallel); per Replicate call a histogram
+// observation.
+func BenchmarkObserve(b *testing.B) {
+	b.Run("received-10-events", func(b *testing.B) {
+		var r receivedStats
+		now := time.Now()
+		sub := now.Add(-3 * time.Millisecond).UnixNano()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				o := r.of("origin-a")
+				var counts [recvOutcomes]uint64
+				for range 10 {
+					counts[recvOK]++
+					o.observeLag(now, sub)
+				}
+				o.add(&counts)
+			}
+		})
+	})
+	b.Run("replicate-call", func(b *testing.B) {
+		h := newHistogram(latencyBuckets)
+		for b.Loop() {
+			start := time.Now()
+			h.Observe(time.Since(start).Seconds())
+		}
+	})
 }

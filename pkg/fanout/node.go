@@ -391,6 +391,14 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 	resp.Versions = make([]uint64, len(events))
 	resp.Results = make([]*fanoutv1.EventResult, len(events))
 	var buf []byte
+	var counts [subOutcomes]uint64 // added once per request: the atomics are shared
+	defer func() {
+		for i, c := range counts {
+			if c > 0 {
+				n.submitted[i].Add(c)
+			}
+		}
+	}()
 	for i, ev := range events {
 		if ev.Version == 0 {
 			ev.Version = next + uint64(i)
@@ -411,7 +419,7 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 			Stamp: state.Stamp{Version: ev.Version, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: ev.Deleted,
 		}, now)
 		resp.Results[i] = n.eventResult(res)
-		n.submitted[submittedOutcome(res.Outcome)].Add(1)
+		counts[submittedOutcome(res.Outcome)]++
 		if res.Outcome == state.Applied {
 			tasks = append(tasks, batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)})
 		}
@@ -481,14 +489,16 @@ func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, erro
 	now := n.cfg.Now()
 	limit := maxVersion(now, maxPeerAhead)
 	from := n.received.of(req.origin)
+	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.events {
 		st := n.admit(i, raw, &req, now, limit)
 		resp.Statuses[i] = st
-		from.outcomes[recvOutcome(st)].Add(1)
+		counts[recvOutcome(st)]++
 		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.submitted) > i {
 			from.observeLag(now, req.submitted[i])
 		}
 	}
+	from.add(&counts)
 	return resp, nil
 }
 

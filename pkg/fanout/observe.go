@@ -127,6 +127,15 @@ func (r *receivedStats) of(origin string) *originRecv {
 	return o
 }
 
+// add adds a request's counts by outcome.
+func (o *originRecv) add(counts *[recvOutcomes]uint64) {
+	for i, c := range counts {
+		if c > 0 {
+			o.outcomes[i].Add(c)
+		}
+	}
+}
+
 // snapshot returns the origins and their counters (the map is never written).
 func (r *receivedStats) snapshot() map[string]*originRecv {
 	if m := r.byOrigin.Load(); m != nil {
