@@ -162,7 +162,11 @@ class Sidecar {
     this.name = name;
     this.addr = addr;
     this.flags = flags;
-    this.client = new fanout.FanoutService(addr, grpc.credentials.createInsecure(), channelOptions);
+    try {
+      this.client = new fanout.FanoutService(addr, grpc.credentials.createInsecure(), channelOptions);
+    } catch (err) {
+      throw new CheckFailed(`--${name}-addr ${JSON.stringify(addr)}: ${err.message} (want host:port or unix:///path)`);
+    }
     this.nodeId = undefined;
   }
 
@@ -335,10 +339,10 @@ async function stepInvalid(submit) {
 async function run(flags) {
   const fanout = loadFanout(flags.protoDir);
   console.log(`fanout Node.js client: submit to ${flags.submitAddr}, watch ${flags.watchAddr}, prefix '${flags.prefix}'`);
-  const submit = new Sidecar('submit', flags.submitAddr, fanout, flags);
-  const watch = new Sidecar('watch', flags.watchAddr, fanout, flags);
-  let want, stream;
+  let submit, watch, want, stream;
   try {
+    submit = new Sidecar('submit', flags.submitAddr, fanout, flags);
+    watch = new Sidecar('watch', flags.watchAddr, fanout, flags);
     await stepNodes(submit, watch);
     stream = await stepSubscribe(watch, flags.prefix);
     want = await stepSubmit(submit, flags.prefix);
@@ -349,8 +353,8 @@ async function run(flags) {
     // Closing a client does not end its calls: a stream left open would keep the
     // process alive until its deadline.
     if (stream) cancel(stream.call);
-    submit.close();
-    watch.close();
+    submit?.close();
+    watch?.close();
   }
   if (flags.summary) writeSummary(flags.summary, submit, watch, want);
   console.log(
