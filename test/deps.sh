@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond Go, if it is missing, and says what it does:
-#   - promtool (Debian's prometheus package): checks a live node's /metrics;
+#   - Debian's prometheus package: promtool checks a live node's /metrics, and a real
+#     Prometheus runs every query of the Grafana dashboard (deploy/grafana);
 #   - python3-grpcio and python3-grpc-tools (Debian's, for /usr/bin/python3): the
 #     Python client example (examples/python) runs against a real cluster;
 #   - Node.js and npm (Debian's nodejs and npm, only if there is no node or npm at
@@ -29,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo=(sudo)
   fi
   "${sudo[@]}" apt-get update -q
-  # --no-install-recommends: promtool is all we need of prometheus, not its web assets.
+  # --no-install-recommends: the prometheus binaries, not its web assets or exporters.
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
