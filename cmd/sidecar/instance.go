@@ -16,6 +16,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -24,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -45,6 +48,7 @@ type instanceConfig struct {
 	// the operator, so a data dir saved with another id is an error.
 	dataDir     string
 	nodeIDGiven bool
+	security    securityOptions
 }
 
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
@@ -54,7 +58,8 @@ type instance struct {
 	appHealth  *health.Server
 	peerHealth *health.Server
 	admin      *http.Server
-	store      *store.Store // --data-dir; nil without one
+	store      *store.Store    // --data-dir; nil without one
+	peerTLS    *peertls.Source // --peer-tls-*; nil: plaintext peers
 	log        *slog.Logger
 	appAddr    string
 	peerAddr   string
@@ -73,43 +78,60 @@ func startInstance(c instanceConfig) (*instance, error) {
 
 	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)
 	c.node.Logger = c.log
-	c.node.Dial = func(addr string) (fanout.Replicator, error) {
-		return peers.Dial(addr, peers.Options{
-			MaxMessageBytes: c.node.Limits.MaxMessageBytes(c.node.Batcher.MaxBatch),
-			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
-		})
-	}
 	appLis, peerLis, err := c.listeners()
 	if err != nil {
+		return nil, err
+	}
+	// undo releases what was opened so far when a later step fails.
+	undo := []func(){func() { appLis.Close() }, func() { peerLis.Close() }}
+	fail := func(err error) (*instance, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 		return nil, err
 	}
 	var st *store.Store
 	if c.dataDir != "" {
 		if st, err = openStore(c.dataDir, &c.node, c.nodeIDGiven, c.log); err != nil {
-			appLis.Close()
-			peerLis.Close()
-			return nil, err
+			return fail(err)
 		}
+		undo = append(undo, func() { st.Close() })
 		c.node.Store = st
+	}
+	// After the store: the node id may come from the data dir.
+	peerTLS, err := c.security.openPeerTLS(c.node.NodeID, c.log)
+	if err != nil {
+		return fail(err)
+	}
+	peerCreds := insecure.NewCredentials()
+	if peerTLS != nil {
+		undo = append(undo, peerTLS.Close)
+		peerCreds = peerTLS.ServerCredentials()
+		reg.MustRegister(peerTLSMetrics(peerTLS)...)
+		c.node.CallerIDs = peertls.Caller
+	}
+	c.node.Dial = func(addr string) (fanout.Replicator, error) {
+		opts := peers.Options{
+			MaxMessageBytes: c.node.Limits.MaxMessageBytes(c.node.Batcher.MaxBatch),
+			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
+		}
+		if peerTLS != nil {
+			opts.Creds = peerTLS.ClientCredentials()
+		}
+		return peers.Dial(addr, opts)
 	}
 	node, err := fanout.New(c.node)
 	if err != nil {
-		appLis.Close()
-		peerLis.Close()
-		if st != nil {
-			st.Close()
-		}
-		return nil, err
+		return fail(err)
 	}
 	reg.MustRegister(fanout.NewCollector(node))
 
-	inst := &instance{node: node, store: st, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
-	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
+	inst := &instance{node: node, store: st, peerTLS: peerTLS, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
+	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg, insecure.NewCredentials())
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
-	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
+	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg, peerCreds)
 	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
-	reflection.Register(inst.app)
-	reflection.Register(inst.peer)
+	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
 	srvMetrics.InitializeMetrics(inst.peer)
 
@@ -137,7 +159,13 @@ func startInstance(c instanceConfig) (*instance, error) {
 	}
 	c.log.Info("sidecar started", "node_id", node.ID(), "app_addr", inst.appAddr, "peer_addr", inst.peerAddr,
 		"admin_addr", c.adminAddr, "peers", c.node.Peers)
-	c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted", "peer_addr", inst.peerAddr)
+	if peerTLS == nil {
+		c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted; "+
+			"set --peer-tls-cert, --peer-tls-key and --peer-tls-ca for mutual TLS", "peer_addr", inst.peerAddr)
+	} else {
+		c.log.Info("peer listener and connections use mutual TLS", "peer_addr", inst.peerAddr,
+			"identities", peerTLS.Identities(), "cert_not_after", peerTLS.NotAfter())
+	}
 	return inst, nil
 }
 
@@ -167,12 +195,13 @@ func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*s
 	return st, nil
 }
 
-func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*grpc.Server, *health.Server) {
+func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, creds credentials.TransportCredentials) (*grpc.Server, *health.Server) {
 	recov := recovery.WithRecoveryHandler(func(p any) error {
 		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
 		return status.Errorf(codes.Internal, "internal error")
 	})
 	s := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)),
 		grpc.ChainStreamInterceptor(m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)),
@@ -278,6 +307,9 @@ func (inst *instance) shutdown(ctx context.Context) error {
 		inst.admin.Close()
 	}
 	inst.wg.Wait()
+	if inst.peerTLS != nil {
+		inst.peerTLS.Close()
+	}
 	if inst.store != nil {
 		if cerr := inst.store.Close(); cerr != nil {
 			inst.log.Error("closing the data dir", "err", cerr)

@@ -149,3 +149,11 @@ func Must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// Must2 is Must for two values.
+func Must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(fmt.Sprintf("testpki: %v", err))
+	}
+	return a, b
+}

@@ -22,7 +22,7 @@ type Collector struct {
 type descs struct {
 	peers, events, queue, idle, breaker, rtt                                   *prometheus.Desc
 	syncRounds, syncKeys, syncBytes, syncLast, syncDur                         *prometheus.Desc
-	submitted, received, lag, ackWait                                          *prometheus.Desc
+	submitted, received, lag, ackWait, refused                                 *prometheus.Desc
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                *prometheus.Desc
 }
@@ -69,6 +69,9 @@ func NewCollector(n *Node) *Collector {
 				"a negative lag counts as 0).", "origin"),
 		ackWait: g("fanout_ack_wait_seconds",
 			"How long a Submit with ack ONE, QUORUM or ALL waited for its peers, by policy and by whether it was satisfied.", "policy", "satisfied"),
+		refused: g("fanout_peer_calls_refused_total",
+			"Replicate calls refused with peers authenticated (mutual TLS), by reason: unauthenticated (no client certificate), "+
+				"origin (origin_node is not the caller's node id).", "reason"),
 		keys:       g("fanout_state_keys", "Keys in the state table, tombstones included."),
 		keysLimit:  g("fanout_state_keys_limit", "The bound on keys: --state-max-keys."),
 		bytes:      g("fanout_state_bytes", "Event bytes in the state table, tombstones included."),
@@ -95,7 +98,7 @@ func NewCollector(n *Node) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, x := range []*prometheus.Desc{d.peers, d.events, d.queue, d.idle, d.breaker, d.rtt,
-		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait,
+		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
 		ch <- x
@@ -136,6 +139,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- constHistogram(d.lag, o.lag, origin)
 	}
+	counter(d.refused, n.refused.unauthenticated.Load(), "unauthenticated")
+	counter(d.refused, n.refused.origin.Load(), "origin")
 	for _, p := range ackPolicies {
 		ch <- constHistogram(d.ackWait, n.ackWait.h[p][0], ackPolicyName(p), "false")
 		ch <- constHistogram(d.ackWait, n.ackWait.h[p][1], ackPolicyName(p), "true")

@@ -48,6 +48,7 @@ type Node struct {
 	submitted [subOutcomes]atomic.Uint64
 	received  receivedStats
 	ackWait   *ackWaits
+	refused   refusals // peer calls authorize refused (auth.go)
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
@@ -468,13 +469,13 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(&peers.Frame{B: b})
+	return n.replicateFrame(ctx, &peers.Frame{B: b})
 }
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
@@ -483,6 +484,9 @@ func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, erro
 		return nil, invalid("request", "%v", err)
 	}
 	if err := n.validateReplicate(&req); err != nil {
+		return nil, err
+	}
+	if err := n.authorize(ctx, req.origin); err != nil {
 		return nil, err
 	}
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,11 +167,7 @@ func Identities(c *x509.Certificate) []string {
 		if label == "" || strings.Contains(label, "*") {
 			continue
 		}
-		dup := false
-		for _, id := range ids {
-			dup = dup || id == label
-		}
-		if !dup {
+		if !slices.Contains(ids, label) {
 			ids = append(ids, label)
 		}
 	}
@@ -181,16 +178,7 @@ func Identities(c *x509.Certificate) []string {
 func (s *Source) Identities() []string { return s.cur.Load().ids }
 
 // Has reports whether id is among this node's identities.
-func (s *Source) Has(id string) bool { return contains(s.Identities(), id) }
-
-func contains(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
+func (s *Source) Has(id string) bool { return slices.Contains(s.Identities(), id) }
 
 // NotAfter is when the current certificate expires.
 func (s *Source) NotAfter() time.Time { return s.cur.Load().cert.Leaf.NotAfter }
