@@ -14,12 +14,16 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -60,6 +64,7 @@ type instance struct {
 	admin      *http.Server
 	store      *store.Store    // --data-dir; nil without one
 	peerTLS    *peertls.Source // --peer-tls-*; nil: plaintext peers
+	token      *apptoken.Token // --app-token-file; nil: apps need none
 	log        *slog.Logger
 	appAddr    string
 	peerAddr   string
@@ -78,7 +83,11 @@ func startInstance(c instanceConfig) (*instance, error) {
 
 	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)
 	c.node.Logger = c.log
-	appLis, peerLis, err := c.listeners()
+	mode, err := c.security.socketMode()
+	if err != nil {
+		return nil, err
+	}
+	appLis, peerLis, err := c.listeners(mode)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +112,15 @@ func startInstance(c instanceConfig) (*instance, error) {
 	if err != nil {
 		return fail(err)
 	}
+	token, err := c.security.openAppToken(c.log)
+	if err != nil {
+		return fail(err)
+	}
+	var appAuth auth.AuthFunc
+	if token != nil {
+		undo = append(undo, token.Close)
+		appAuth = token.Check
+	}
 	peerCreds := insecure.NewCredentials()
 	if peerTLS != nil {
 		undo = append(undo, peerTLS.Close)
@@ -126,10 +144,10 @@ func startInstance(c instanceConfig) (*instance, error) {
 	}
 	reg.MustRegister(fanout.NewCollector(node))
 
-	inst := &instance{node: node, store: st, peerTLS: peerTLS, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
-	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg, insecure.NewCredentials())
+	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
+	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg, insecure.NewCredentials(), appAuth)
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
-	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg, peerCreds)
+	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg, peerCreds, nil)
 	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
 	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
@@ -159,6 +177,10 @@ func startInstance(c instanceConfig) (*instance, error) {
 	}
 	c.log.Info("sidecar started", "node_id", node.ID(), "app_addr", inst.appAddr, "peer_addr", inst.peerAddr,
 		"admin_addr", c.adminAddr, "peers", c.node.Peers)
+	if token == nil && exposed(inst.appAddr) {
+		c.log.Warn("app listener is reachable from other hosts and takes no token: anyone who can reach it can submit; "+
+			"set --app-token-file, or listen on loopback or a unix socket", "app_addr", inst.appAddr)
+	}
 	if peerTLS == nil {
 		c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted; "+
 			"set --peer-tls-cert, --peer-tls-key and --peer-tls-ca for mutual TLS", "peer_addr", inst.peerAddr)
@@ -195,16 +217,29 @@ func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*s
 	return st, nil
 }
 
-func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, creds credentials.TransportCredentials) (*grpc.Server, *health.Server) {
+// newGRPCServer makes a listener's gRPC server with its metrics, panic recovery and,
+// if authFn is set, that check on every call but the health service's (Kubernetes'
+// gRPC probes send no metadata).
+func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, creds credentials.TransportCredentials,
+	authFn auth.AuthFunc) (*grpc.Server, *health.Server) {
 	recov := recovery.WithRecoveryHandler(func(p any) error {
 		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
 		return status.Errorf(codes.Internal, "internal error")
 	})
+	unary := []grpc.UnaryServerInterceptor{m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)}
+	stream := []grpc.StreamServerInterceptor{m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)}
+	if authFn != nil {
+		notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+			return c.Service != healthpb.Health_ServiceDesc.ServiceName
+		})
+		unary = append(unary, selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), notHealth))
+		stream = append(stream, selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth))
+	}
 	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(maxMsg),
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)),
-		grpc.ChainStreamInterceptor(m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	}, peers.ServerOptions()...)...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
@@ -212,10 +247,16 @@ func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, cred
 }
 
 // listeners opens the app and peer listeners (or takes the given ones).
-func (c instanceConfig) listeners() (net.Listener, net.Listener, error) {
+func (c instanceConfig) listeners(socketMode os.FileMode) (net.Listener, net.Listener, error) {
 	appLis, err := listenOr(c.appLis, c.appAddr, "--app-addr")
 	if err != nil {
 		return nil, nil, err
+	}
+	if path, ok := strings.CutPrefix(listenerAddr(appLis), "unix://"); ok {
+		if err := os.Chmod(path, socketMode); err != nil {
+			appLis.Close()
+			return nil, nil, fmt.Errorf("--app-socket-mode: %w", err)
+		}
 	}
 	peerLis, err := listenOr(c.peerLis, c.peerAddr, "--peer-addr")
 	if err != nil {
@@ -309,6 +350,9 @@ func (inst *instance) shutdown(ctx context.Context) error {
 	inst.wg.Wait()
 	if inst.peerTLS != nil {
 		inst.peerTLS.Close()
+	}
+	if inst.token != nil {
+		inst.token.Close()
 	}
 	if inst.store != nil {
 		if cerr := inst.store.Close(); cerr != nil {

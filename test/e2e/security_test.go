@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -244,4 +245,68 @@ func runSidecar(t *testing.T, args ...string) (string, error) {
 	cmd.Env = (&node{}).env() // without the test's FANOUT_* variables
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// TestAppToken: with --app-token-file, the app listener takes calls only with the
+// file's token, a rotated token replaces the old one without a restart, and the
+// health service stays open for probes.
+func TestAppToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("first-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, nodeSpec{ID: "A", Flags: []string{"--app-token-file=" + path}}) // ready: health is open
+	a := c.node(0)
+	submit := func(token string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if token != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		}
+		_, err := a.client().Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "token/k"}}})
+		return err
+	}
+	if err := submit("first-token"); err != nil {
+		t.Fatalf("Submit with the token: %v", err)
+	}
+	for name, tok := range map[string]string{"no token": "", "a wrong token": "first-tokeN"} {
+		if err := submit(tok); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Submit with %s: %v, want UNAUTHENTICATED", name, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte("second-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the rotated token to work", func() error { return submit("second-token") })
+	if err := submit("first-token"); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("the old token after rotation: %v, want UNAUTHENTICATED", err)
+	}
+	if !strings.Contains(a.log(), "app token reloaded") {
+		t.Error("the log does not say the token was reloaded")
+	}
+}
+
+// TestAppListenerExposure: an app listener other hosts can reach, without a token,
+// is loud at startup; a unix socket gets --app-socket-mode.
+func TestAppListenerExposure(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "app.sock")
+	c := newCluster(t, specs(2)...)
+	_, port, _ := strings.Cut(c.node(0).appAddr, ":")
+	c.node(0).appAddr = "0.0.0.0:" + port
+	c.node(1).appAddr = "unix://" + sock
+	c.node(1).setFlag("--app-socket-mode", "0660")
+	c.start()
+	if !strings.Contains(c.node(0).log(), "app listener is reachable from other hosts and takes no token") {
+		t.Errorf("A listens on 0.0.0.0 without a token and does not warn:\n%s", c.node(0).log())
+	}
+	if strings.Contains(c.node(1).log(), "app listener is reachable") {
+		t.Error("B on a unix socket warns about exposure")
+	}
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 {
+		t.Errorf("socket mode %v, want 0660", fi.Mode().Perm())
+	}
 }
