@@ -48,7 +48,7 @@
 // DrainTimeout, or when the first node has nothing pending or in flight and nothing
 // has arrived for a while (the rest was dropped).
 //
-// Result. The counters of the first node's peers (coalesced = overridden, wire
+// Result. The counters of the first node's peers (overridden, wire
 // events = succeeded + stale, dropped, retried) are differences of GetStatus between
 // the start of the measured window and the end. The spawned nodes' CPU is the
 // difference of /proc/<pid>/stat over the same span; their peak RSS comes from the
