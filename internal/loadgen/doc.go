@@ -5,7 +5,8 @@
 // # The life of a run
 //
 // Nodes. With Config.Spawn, startCluster starts that many `sidecar serve` processes
-// of Config.Binary on free 127.0.0.1 ports (admin listener off), each peered with all
+// of Config.Binary on 127.0.0.1 ports reserved with internal/freeport (no other process
+// takes them until the nodes have exited), admin listener off, each peered with all
 // the others, and polls their gRPC health service until every one is SERVING. The
 // processes get their own process group (Ctrl-C reaches only the bench) and SIGTERM
 // if the bench dies. With Config.AppAddrs the nodes are already running.

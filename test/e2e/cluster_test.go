@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/freeport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -85,11 +85,17 @@ type node struct {
 	launched time.Time        // when the current process was started
 }
 
-// newCluster allocates ports for every spec and returns the cluster unstarted, so that
-// routes can still be changed. startCluster is newCluster + start.
+// newCluster reserves ports for every spec (internal/freeport: no other process takes
+// them before the test ends, so restarts find them free) and returns the cluster
+// unstarted, so that routes can still be changed. startCluster is newCluster + start.
 func newCluster(t *testing.T, ss ...nodeSpec) *cluster {
 	t.Helper()
-	addrs := freeAddrs(t, 3*len(ss))
+	ports, err := freeport.Take(3 * len(ss))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ports.Release) // after c.cleanup (registered below) has killed the nodes
+	addrs := ports.Addrs()
 	c := &cluster{t: t}
 	dir := t.TempDir()
 	for i, s := range ss {
@@ -163,28 +169,6 @@ func (c *cluster) cleanup() {
 			c.t.Logf("---- log of node %d (%s), %s ----\n%s", n.index, n.spec.ID, n.logPath, n.logTail())
 		}
 	}
-}
-
-// freeAddrs returns n distinct free loopback addresses. All listeners stay open until
-// every port is chosen, so the kernel cannot hand out one port twice.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out
 }
 
 // args is the serve command line of n.

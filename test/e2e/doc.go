@@ -6,8 +6,9 @@
 //
 //   - main_test.go builds the binary and internal/watcher (TestMain) and checks for
 //     leaked goroutines.
-//   - cluster_test.go starts N processes with free ports, waits until each is live
-//     (the empty health service name) and ready (the named service
+//   - cluster_test.go starts N processes on ports reserved with internal/freeport
+//     (outside the kernel's ephemeral range, locked across processes), waits until
+//     each is live (the empty health service name) and ready (the named service
 //     fanout.v1.FanoutService: its bootstrap sync has ended), and stops, kills,
 //     signals and restarts them (with changed flags, if need be). A node's --peers
 //     entry can be routed through another address (a proxy) before the cluster
