@@ -29,8 +29,11 @@ test: fmt-check vet lint check-generated deps unit
 deps:
 	bash test/deps.sh
 
+## unit: every test of both modules: the product (.) and its end-to-end tests (test/,
+## a module of its own so that the product's go.mod holds only what the product uses)
 unit:
 	$(GO) test -race -count=1 ./...
+	$(GO) -C test test -race -count=1 ./...
 
 ## generate: rewrite gen/ from proto/ (offline: buf and plugins are Go tools)
 generate:
@@ -51,6 +54,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) -C test vet ./...
 
 ## bench: micro-benchmarks (not run by CI; see docs/BENCHMARKS.md)
 bench:

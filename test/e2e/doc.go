@@ -58,4 +58,9 @@
 //
 // Set E2E_SIDECAR_RACE=1 to build the sidecar with -race as well; a node whose log
 // reports a data race then fails its test.
+//
+// test/ is a module of its own (test/go.mod replaces the product with this checkout),
+// so that toxiproxy and its dependencies stay out of the product's go.mod: run the
+// tests with `go -C test test ./e2e/` from the repository's root, or `make unit`.
+// TestMain builds cmd/sidecar in the product's module, with the product's go.mod.
 package e2e
