@@ -54,7 +54,7 @@ func startInProcess(t *testing.T, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := grpc.NewServer()
+		srv := grpc.NewServer(peers.FrameServerOption()) // Subscribe sends frames
 		fanoutv1.RegisterFanoutServiceServer(srv, fanout.NewFanoutServer(node))
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(lis) }()

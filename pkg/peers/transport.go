@@ -37,9 +37,10 @@ const (
 func BufferPool() mem.BufferPool { return bufferPool }
 
 // DialOptions are the transport settings of every sidecar client connection: the
-// buffer pool and static flow-control windows.
+// buffer pool, static flow-control windows and the frame codec.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
+		FrameDialOption(),
 		experimental.WithBufferPool(bufferPool),
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
@@ -56,6 +57,7 @@ const streamWorkers = 8
 // ServerOptions are the same settings for a server, and its stream workers.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		FrameServerOption(),
 		grpc.NumStreamWorkers(streamWorkers),
 		experimental.BufferPool(bufferPool),
 		grpc.StaticStreamWindowSize(streamWindow),
