@@ -85,17 +85,11 @@ type node struct {
 	launched time.Time        // when the current process was started
 }
 
-// newCluster reserves ports for every spec (internal/freeport: no other process takes
-// them before the test ends, so restarts find them free) and returns the cluster
-// unstarted, so that routes can still be changed. startCluster is newCluster + start.
+// newCluster reserves ports for every spec and returns the cluster unstarted, so that
+// routes can still be changed. startCluster is newCluster + start.
 func newCluster(t *testing.T, ss ...nodeSpec) *cluster {
 	t.Helper()
-	ports, err := freeport.Take(3 * len(ss))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ports.Release) // after c.cleanup (registered below) has killed the nodes
-	addrs := ports.Addrs()
+	addrs := freeAddrs(t, 3*len(ss))
 	c := &cluster{t: t}
 	dir := t.TempDir()
 	for i, s := range ss {
@@ -169,6 +163,20 @@ func (c *cluster) cleanup() {
 			c.t.Logf("---- log of node %d (%s), %s ----\n%s", n.index, n.spec.ID, n.logPath, n.logTail())
 		}
 	}
+}
+
+// freeAddrs reserves n loopback addresses (internal/freeport) for processes the test
+// starts: nothing listens on them, and no other process, nor the kernel, takes them
+// before the test ends (restarts find them free). They are released in cleanup, after
+// a cluster's own cleanup (registered later, so run earlier) has killed its nodes.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	ports, err := freeport.Take(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ports.Release)
+	return ports.Addrs()
 }
 
 // args is the serve command line of n.
