@@ -32,10 +32,6 @@ const (
 	connWindow   = 4 << 20 // bytes per connection, over all its streams
 )
 
-// BufferPool is the pool of DialOptions and ServerOptions, for code that hands gRPC
-// buffers of its own (a codec's Marshal).
-func BufferPool() mem.BufferPool { return bufferPool }
-
 // DialOptions are the transport settings of every sidecar client connection: the
 // buffer pool, static flow-control windows and the frame codec.
 func DialOptions() []grpc.DialOption {
