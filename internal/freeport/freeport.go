@@ -36,15 +36,19 @@ var fallbackEphemeral = [2]int{32768, 65535}
 // DefaultConfig returns the shared lock directory under os.TempDir() and the largest
 // run of ports from 10000 up that lies outside the kernel's ephemeral range.
 func DefaultConfig() Config {
-	lo, hi := fallbackEphemeral[0], fallbackEphemeral[1]
+	c := Config{Dir: filepath.Join(os.TempDir(), "fanout-ports")}
+	c.Min, c.Max = outside(ephemeral())
+	return c
+}
+
+// ephemeral returns the kernel's ephemeral port range, both ends included.
+func ephemeral() (lo, hi int) {
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if l, h, ok := parseRange(string(b)); ok {
-			lo, hi = l, h
+			return l, h
 		}
 	}
-	c := Config{Dir: filepath.Join(os.TempDir(), "fanout-ports")}
-	c.Min, c.Max = outside(lo, hi)
-	return c
+	return fallbackEphemeral[0], fallbackEphemeral[1]
 }
 
 // parseRange reads ip_local_port_range: two numbers separated by white space.
