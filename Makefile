@@ -30,8 +30,11 @@ test: fmt-check vet lint check-generated deps unit
 deps:
 	bash test/deps.sh
 
+## unit: every test of both modules: the product (.) and its end-to-end tests (test/,
+## a module of its own so that the product's go.mod holds only what the product uses)
 unit:
 	$(GO) test -race -count=1 ./...
+	$(GO) -C test test -race -count=1 ./...
 
 ## generate: rewrite gen/ from proto/ (offline: buf and plugins are Go tools)
 generate:
@@ -52,6 +55,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) -C test vet ./...
 
 ## bench: micro-benchmarks (not run by CI; see docs/BENCHMARKS.md)
 bench:
@@ -81,7 +85,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzValidateSubmit -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReadEvent -fuzztime=$(FUZZTIME) ./pkg/fanout/
-	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./pkg/loadgen/
+	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./internal/loadgen/
 	$(GO) test -run='^$$' -fuzz=FuzzTable -fuzztime=$(FUZZTIME) ./pkg/state/
 	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeValue -fuzztime=$(FUZZTIME) ./pkg/store/

@@ -8,7 +8,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/fanout/fanout/pkg/loadgen"
+	"github.com/fanout/fanout/internal/loadgen"
 	"github.com/spf13/cobra"
 )
 

@@ -252,7 +252,7 @@ func watch(ctx context.Context, nodes []*demoNode, out io.Writer) {
 
 func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prevDelivered []uint64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "LINK\tSENT/S\tPENDING\tIN-FLIGHT\tCOALESCED\tRETRIED\t")
+	fmt.Fprintln(tw, "LINK\tSENT/S\tPENDING\tIN-FLIGHT\tOVERRIDDEN\tRETRIED\t")
 	statuses := make([]*fanoutv1.GetStatusResponse, len(nodes))
 	for i, n := range nodes {
 		st := n.inst.node.Status()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/freeport"
 	"github.com/fanout/fanout/pkg/fanout"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -21,12 +21,12 @@ import (
 // the fanout and gRPC series, /healthz, and NOT_SERVING once shutdown begins.
 func TestInstanceWiring(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "fanout.sock")
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freeport.Take(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	adminAddr := admin.Addr().String()
-	admin.Close()
+	defer ports.Release()
+	adminAddr := ports.Addrs()[0]
 	cfg := fanout.DefaultConfig()
 	cfg.NodeID = "wired"
 	cfg.Peers = []string{"127.0.0.1:1"} // unreachable: the peer shows up in status and metrics

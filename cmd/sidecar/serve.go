@@ -157,7 +157,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven, security: o.security,
 	})
 	if err != nil {
-		return err
+		return forFlags(err)
 	}
 	log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	<-ctx.Done()

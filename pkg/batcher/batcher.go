@@ -3,7 +3,6 @@ package batcher
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -307,61 +306,28 @@ func (w *wake) stop() {
 	w.c = nil
 }
 
-// statCells hold the published Stats, one atomic per field, so that Stats never
-// waits for the acceptor. seq makes a snapshot consistent (a seqlock): the one
-// writer at a time (New, then the acceptor, then finish after it stopped) makes it odd
-// while storing, and a reader retries until it read every field between two equal,
-// even values. Without it a reader could pair this step's Accepted with the last
-// step's Pending.
+// statCells hold the published Stats. The one writer at a time (New, then the acceptor
+// after each step, then finish once it has stopped) stores them; Stats loads them from
+// any goroutine. The mutex keeps a snapshot consistent: without it a reader could pair
+// this step's Accepted with the last step's Pending. The store is a 120-byte copy, and
+// readers are rare (a scrape, GetStatus), so the acceptor almost never waits. A seqlock
+// over one atomic per field cost the acceptor 3–4× as much per store and won only
+// against a reader calling Stats in a loop (docs/BENCHMARKS.md, "Batcher stats:
+// seqlock or mutex").
 type statCells struct {
-	seq                                                          atomic.Uint64
-	accepted, overridden, overflow, expired, replayed, succeeded atomic.Uint64
-	congestion, transient, permanent, stale                      atomic.Uint64
-	reprocessQueue, pending, inFlight, idleWorkers               atomic.Uint64
+	mu sync.Mutex
+	s  Stats // guarded by mu
 }
 
 func (c *statCells) store(s Stats) {
-	c.seq.Add(1) // odd: a store is in progress
-	c.accepted.Store(s.Accepted)
-	c.overridden.Store(s.Overridden)
-	c.overflow.Store(s.Overflow)
-	c.expired.Store(s.Expired)
-	c.replayed.Store(s.Replayed)
-	c.succeeded.Store(s.Succeeded)
-	c.congestion.Store(s.Congestion)
-	c.transient.Store(s.Transient)
-	c.permanent.Store(s.Permanent)
-	c.stale.Store(s.Stale)
-	c.reprocessQueue.Store(s.ReprocessQueue)
-	c.pending.Store(s.Pending)
-	c.inFlight.Store(s.InFlight)
-	c.idleWorkers.Store(s.IdleWorkers)
-	c.seq.Add(1) // even: consistent again
+	c.mu.Lock()
+	c.s = s
+	c.mu.Unlock()
 }
 
 // load returns one consistent snapshot.
 func (c *statCells) load() Stats {
-	for {
-		before := c.seq.Load()
-		if before&1 == 1 {
-			runtime.Gosched() // the acceptor is mid-store; it takes nanoseconds
-			continue
-		}
-		s := c.read()
-		if c.seq.Load() == before {
-			return s
-		}
-	}
-}
-
-func (c *statCells) read() Stats {
-	return Stats{
-		Accepted: c.accepted.Load(), Overridden: c.overridden.Load(),
-		Overflow: c.overflow.Load(), Expired: c.expired.Load(),
-		Replayed: c.replayed.Load(), Succeeded: c.succeeded.Load(),
-		Congestion: c.congestion.Load(), Transient: c.transient.Load(),
-		Permanent: c.permanent.Load(), Stale: c.stale.Load(),
-		ReprocessQueue: c.reprocessQueue.Load(), Pending: c.pending.Load(),
-		InFlight: c.inFlight.Load(), IdleWorkers: c.idleWorkers.Load(),
-	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
 }

@@ -63,6 +63,77 @@ func BenchmarkEnqueue(b *testing.B) {
 	}
 }
 
+// BenchmarkEnqueueReading is BenchmarkEnqueue while another goroutine calls Stats in a
+// loop, as fast as it can: far more often than any scrape or GetStatus, so the cost of
+// sharing the published Stats with a reader shows.
+func BenchmarkEnqueueReading(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig[int]()
+			bt, err := New(cfg, okProcessor(cfg.MaxBatch))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bt.Close()
+			stop := readLoop(func() Stats { return bt.Stats() })
+			defer stop()
+			offers := benchOffers(max(1, 1<<16/n), n)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := bt.Offer(ctx, offers[i%len(offers)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := bt.Drain(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			reportPerTask(b, n)
+		})
+	}
+}
+
+// readLoop calls read in a loop on its own goroutine until the returned stop is called,
+// which waits for it.
+func readLoop(read func() Stats) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			read()
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// BenchmarkStatsPublish is the acceptor's side of the published Stats: one store after
+// a step, alone and while a goroutine reads them in a loop.
+func BenchmarkStatsPublish(b *testing.B) {
+	for _, readers := range []int{0, 1} {
+		b.Run(fmt.Sprintf("readers=%d", readers), func(b *testing.B) {
+			var cells statCells
+			if readers > 0 {
+				stop := readLoop(cells.load)
+				defer stop()
+			}
+			s := Stats{Pending: 10, IdleWorkers: 8}
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Accepted++
+				s.Succeeded++
+				cells.store(s)
+			}
+		})
+	}
+}
+
 // BenchmarkEnqueueCore is BenchmarkEnqueue without goroutines: accept an offer,
 // assign it, complete it OK.
 func BenchmarkEnqueueCore(b *testing.B) {

@@ -1,9 +1,10 @@
 package batcher
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/fanout/fanout/pkg/configerr"
 )
 
 // DefaultConfig returns the defaults of SPEC §4. The reason for each is next to it.
@@ -39,7 +40,8 @@ func DefaultConfig[T any]() Config[T] {
 	}
 }
 
-// validate checks c and fills the zero-valued Now and Logger with their defaults.
+// validate checks c and fills the zero-valued Now and Logger with their defaults. It
+// returns the first field it refuses, as a *configerr.Error.
 func (c *Config[T]) validate() error {
 	if err := c.validateSizes(); err != nil {
 		return err
@@ -61,17 +63,17 @@ func (c *Config[T]) validateSizes() error {
 		name string
 		v    int
 	}{
-		{"MaxBuffer", c.MaxBuffer},
-		{"MaxBatch", c.MaxBatch},
-		{"Workers", c.Workers},
-		{"AcceptorQueue", c.AcceptorQueue},
+		{"batcher.Config.MaxBuffer", c.MaxBuffer},
+		{"batcher.Config.MaxBatch", c.MaxBatch},
+		{"batcher.Config.Workers", c.Workers},
+		{"batcher.Config.AcceptorQueue", c.AcceptorQueue},
 	} {
 		if f.v <= 0 {
-			return fmt.Errorf("batcher: %s must be > 0, got %d", f.name, f.v)
+			return configerr.New(f.name, "must be > 0, got %d", f.v)
 		}
 	}
 	if c.MaxBatch > c.MaxBuffer {
-		return fmt.Errorf("batcher: MaxBatch must be <= MaxBuffer (%d), got %d", c.MaxBuffer, c.MaxBatch)
+		return configerr.New("batcher.Config.MaxBatch", "must be <= batcher.Config.MaxBuffer (%d), got %d", c.MaxBuffer, c.MaxBatch)
 	}
 	return nil
 }
@@ -81,13 +83,13 @@ func (c *Config[T]) validateDelays() error {
 		name string
 		v    time.Duration
 	}{
-		{"MaxBatchingDelay", c.MaxBatchingDelay},
-		{"IdleFlush", c.IdleFlush},
-		{"CongestionRetryDelay", c.CongestionRetryDelay},
-		{"NetworkFailureRetryDelay", c.NetworkFailureRetryDelay},
+		{"batcher.Config.MaxBatchingDelay", c.MaxBatchingDelay},
+		{"batcher.Config.IdleFlush", c.IdleFlush},
+		{"batcher.Config.CongestionRetryDelay", c.CongestionRetryDelay},
+		{"batcher.Config.NetworkFailureRetryDelay", c.NetworkFailureRetryDelay},
 	} {
 		if f.v < 0 {
-			return fmt.Errorf("batcher: %s must be >= 0, got %v", f.name, f.v)
+			return configerr.New(f.name, "must be >= 0, got %v", f.v)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -81,13 +82,13 @@ func DefaultConfig() Config {
 func (c Config) validate() error {
 	var errs []error
 	if c.Failures == 0 {
-		errs = append(errs, errors.New("--breaker-failures must be > 0"))
+		errs = append(errs, configerr.New("breaker.Config.Failures", "must be > 0"))
 	}
 	if c.OpenFor <= 0 {
-		errs = append(errs, fmt.Errorf("--breaker-open must be > 0, got %s", c.OpenFor))
+		errs = append(errs, configerr.New("breaker.Config.OpenFor", "must be > 0, got %s", c.OpenFor))
 	}
 	if c.Probes == 0 {
-		errs = append(errs, errors.New("--breaker-probes must be > 0"))
+		errs = append(errs, configerr.New("breaker.Config.Probes", "must be > 0"))
 	}
 	return errors.Join(errs...)
 }

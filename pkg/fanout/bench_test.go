@@ -25,7 +25,7 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(peers.FrameServerOption())
 	RegisterPeerServer(srv, NewPeerServer(nb))
 	go srv.Serve(lis)
 

@@ -3,7 +3,6 @@ package fanout
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -11,6 +10,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
@@ -96,27 +96,28 @@ func DefaultConfig() Config {
 
 func (c *Config) validate() error {
 	var errs []error
-	check := func(ok bool, format string, args ...any) {
+	check := func(ok bool, field, format string, args ...any) {
 		if !ok {
-			errs = append(errs, fmt.Errorf(format, args...))
+			errs = append(errs, configerr.New(field, format, args...))
 		}
 	}
-	check(c.NodeID != "", "node id is empty: set --node-id")
+	check(c.NodeID != "", "fanout.Config.NodeID", "must not be empty")
 	if c.Store != nil {
-		check(c.Limits.MaxEventBytes+c.Limits.MaxTaskIDBytes+c.Limits.MaxAttributeBytes+4096 <= store.MaxRawBytes,
-			"--max-event-bytes %d is too big for --data-dir: an event is stored whole, at most %d bytes", c.Limits.MaxEventBytes, store.MaxRawBytes)
+		check(c.Limits.MaxEventBytes+c.Limits.MaxTaskIDBytes+c.Limits.MaxAttributeBytes+4096 <= store.MaxRawBytes, "fanout.Config.Limits.MaxEventBytes",
+			"%d is too big with fanout.Config.Store set: an event is stored whole, at most %d bytes", c.Limits.MaxEventBytes, store.MaxRawBytes)
 	}
-	check(len(c.NodeID) <= MaxNodeIDBytes, "--node-id is %d bytes, at most %d (a DNS name fits)", len(c.NodeID), MaxNodeIDBytes)
-	check(len(c.Peers) == 0 || c.Dial != nil, "fanout: Config.Dial is required with peers")
-	check(c.ReplicateTimeout > 0, "--replicate-timeout must be > 0, got %s", c.ReplicateTimeout)
-	check(c.AntiEntropyInterval >= 0, "--anti-entropy-interval must be >= 0 (0: off), got %s", c.AntiEntropyInterval)
-	check(c.SyncTimeout >= 0, "--sync-timeout must be >= 0, got %s", c.SyncTimeout)
-	check(c.TaskTTL >= 0, "--task-ttl must be >= 0, got %s", c.TaskTTL)
-	check(c.State.MaxKeys > 0, "--state-max-keys must be > 0, got %d", c.State.MaxKeys)
-	check(c.State.MaxBytes > 0, "--state-max-bytes must be > 0, got %d", c.State.MaxBytes)
-	check(c.State.TombstoneTTL > 0, "--tombstone-ttl must be > 0, got %s", c.State.TombstoneTTL)
-	check(c.Limits.MaxEventBytes > 0, "--max-event-bytes must be > 0, got %d", c.Limits.MaxEventBytes)
-	check(c.Limits.MaxEvents > 0 && c.Limits.MaxTaskIDBytes > 0, "limits must be > 0")
+	check(len(c.NodeID) <= MaxNodeIDBytes, "fanout.Config.NodeID", "is %d bytes, at most %d (a DNS name fits)", len(c.NodeID), MaxNodeIDBytes)
+	check(len(c.Peers) == 0 || c.Dial != nil, "fanout.Config.Dial", "must be set when there are peers")
+	check(c.ReplicateTimeout > 0, "fanout.Config.ReplicateTimeout", "must be > 0, got %s", c.ReplicateTimeout)
+	check(c.AntiEntropyInterval >= 0, "fanout.Config.AntiEntropyInterval", "must be >= 0 (0: off), got %s", c.AntiEntropyInterval)
+	check(c.SyncTimeout >= 0, "fanout.Config.SyncTimeout", "must be >= 0, got %s", c.SyncTimeout)
+	check(c.TaskTTL >= 0, "fanout.Config.TaskTTL", "must be >= 0, got %s", c.TaskTTL)
+	check(c.State.MaxKeys > 0, "fanout.Config.State.MaxKeys", "must be > 0, got %d", c.State.MaxKeys)
+	check(c.State.MaxBytes > 0, "fanout.Config.State.MaxBytes", "must be > 0, got %d", c.State.MaxBytes)
+	check(c.State.TombstoneTTL > 0, "fanout.Config.State.TombstoneTTL", "must be > 0, got %s", c.State.TombstoneTTL)
+	check(c.Limits.MaxEventBytes > 0, "fanout.Config.Limits.MaxEventBytes", "must be > 0, got %d", c.Limits.MaxEventBytes)
+	check(c.Limits.MaxEvents > 0, "fanout.Config.Limits.MaxEvents", "must be > 0, got %d", c.Limits.MaxEvents)
+	check(c.Limits.MaxTaskIDBytes > 0, "fanout.Config.Limits.MaxTaskIDBytes", "must be > 0, got %d", c.Limits.MaxTaskIDBytes)
 	return errors.Join(errs...)
 }
 

@@ -43,13 +43,14 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 		t.Fatalf("New: %v", err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(peers.FrameServerOption())
 	fanoutv1.RegisterFanoutServiceServer(srv, NewFanoutServer(n))
 	RegisterPeerServer(srv, NewPeerServer(n))
 	go srv.Serve(lis)
 	cc, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		peers.FrameDialOption()) // tests send raw Replicate frames
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

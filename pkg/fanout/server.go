@@ -28,7 +28,8 @@ type PeerServer struct {
 	node *Node
 }
 
-// NewFanoutServer returns the app-facing gRPC service of n.
+// NewFanoutServer returns the app-facing gRPC service of n. Its server must be made
+// with peers.FrameServerOption (or peers.ServerOptions): Subscribe sends frames.
 func NewFanoutServer(n *Node) *FanoutServer { return &FanoutServer{node: n} }
 
 // NewPeerServer returns the peer-facing gRPC service of n.
@@ -241,7 +242,8 @@ func (s *PeerServer) Push(_ context.Context, req *fanoutv1.PushRequest) (*fanout
 }
 
 // RegisterPeerServer registers p as fanout.v1.PeerService on s. Replicate requests are
-// read from their bytes: see wire.go. The wire format is the generated service's.
+// read from their bytes: see wire.go. The wire format is the generated service's. s
+// must be made with peers.FrameServerOption (or peers.ServerOptions).
 func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
 	desc := fanoutv1.PeerService_ServiceDesc // same name, metadata, other methods and streams
 	desc.Methods = nil

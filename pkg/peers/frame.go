@@ -1,26 +1,45 @@
 package peers
 
 import (
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Frame is one gRPC message as bytes: already encoded on the way out, not yet decoded on
-// the way in. The sidecar keeps events in the bytes their origin encoded (the receive
-// path in pkg/fanout/wire.go, and Replicate batches assembled from events encoded once
-// per Submit), so neither side decodes and re-encodes what it only forwards.
+// Frame is one gRPC message as bytes: already encoded on the way out, not yet decoded
+// on the way in. The sidecar keeps every event in the bytes it was first encoded in
+// (by its origin's Node.Submit, once per event, for the state table) and uses frames
+// where those bytes cross gRPC unchanged: a peer's Replicate request arrives as a frame
+// that pkg/fanout reads with protowire (wire.go) and stores event by event without
+// decoding, and Subscribe sends the stored bytes to the app as frames. The sending side
+// of Replicate does not: a link hands gRPC a ReplicateRequest of decoded events, which
+// gRPC encodes once per call (per peer, and again for a retried batch).
+//
+// A frame passes through only on a server made with FrameServerOption and a
+// connection made with FrameDialOption (ServerOptions and DialOptions include them);
+// elsewhere gRPC's protobuf codec refuses it.
 type Frame struct{ B []byte }
 
 // frameCodec is gRPC's protobuf codec, except that it passes a *Frame's bytes through
-// in both directions. It is registered as "proto" for the whole process, so every
-// server and client of the sidecar speaks it without an option; any other message goes
-// to gRPC's own protobuf codec, unchanged.
+// in both directions. Any other message goes to gRPC's own protobuf codec, unchanged.
+// It is set per server and per connection, never registered for the whole process.
 type frameCodec struct{ base encoding.CodecV2 }
 
-func init() {
-	encoding.RegisterCodecV2(frameCodec{base: encoding.GetCodecV2(grpcproto.Name)})
+// codec is the frame codec over gRPC's registered protobuf codec. It holds no state.
+var codec = frameCodec{base: encoding.GetCodecV2(grpcproto.Name)}
+
+// FrameServerOption makes a server read and write frames: a server that hosts
+// pkg/fanout's FanoutService (Subscribe sends frames) or PeerService (Replicate reads
+// one) needs it. Every other message is encoded as gRPC's default codec does.
+func FrameServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(codec) }
+
+// FrameDialOption makes a client connection send and receive frames (e.g. a Subscribe
+// stream read as frames). Every other message is encoded as gRPC's default codec does.
+// Its content-subtype is "proto": the header says application/grpc+proto.
+func FrameDialOption() grpc.DialOption {
+	return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec))
 }
 
 func (frameCodec) Name() string { return grpcproto.Name }

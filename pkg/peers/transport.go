@@ -32,14 +32,11 @@ const (
 	connWindow   = 4 << 20 // bytes per connection, over all its streams
 )
 
-// BufferPool is the pool of DialOptions and ServerOptions, for code that hands gRPC
-// buffers of its own (a codec's Marshal).
-func BufferPool() mem.BufferPool { return bufferPool }
-
 // DialOptions are the transport settings of every sidecar client connection: the
-// buffer pool and static flow-control windows.
+// buffer pool, static flow-control windows and the frame codec.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
+		FrameDialOption(),
 		experimental.WithBufferPool(bufferPool),
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
@@ -56,6 +53,7 @@ const streamWorkers = 8
 // ServerOptions are the same settings for a server, and its stream workers.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		FrameServerOption(),
 		grpc.NumStreamWorkers(streamWorkers),
 		experimental.BufferPool(bufferPool),
 		grpc.StaticStreamWindowSize(streamWindow),

@@ -1,8 +1,7 @@
 package purgatory
 
 import (
-	"fmt"
-
+	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/timingwheel"
 )
 
@@ -32,10 +31,10 @@ func DefaultConfig() Config {
 
 func (c Config) validate() error {
 	if c.Wheel == nil {
-		return fmt.Errorf("purgatory: Wheel must be set")
+		return configerr.New("purgatory.Config.Wheel", "must be set")
 	}
 	if c.PurgeInterval <= 0 {
-		return fmt.Errorf("purgatory: PurgeInterval must be > 0, got %d", c.PurgeInterval)
+		return configerr.New("purgatory.Config.PurgeInterval", "must be > 0, got %d", c.PurgeInterval)
 	}
 	return nil
 }

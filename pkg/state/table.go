@@ -2,13 +2,13 @@ package state
 
 import (
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/fanout/fanout/pkg/configerr"
 )
 
 // Config bounds a table. It is copied by New.
@@ -47,13 +47,13 @@ func DefaultConfig() Config {
 func (c Config) validate() error {
 	var errs []error
 	if c.MaxKeys <= 0 || c.MaxKeys > maxEntries {
-		errs = append(errs, fmt.Errorf("state: MaxKeys must be 1..%d, got %d", maxEntries, c.MaxKeys))
+		errs = append(errs, configerr.New("state.Config.MaxKeys", "must be 1..%d, got %d", maxEntries, c.MaxKeys))
 	}
 	if c.MaxBytes <= 0 {
-		errs = append(errs, fmt.Errorf("state: MaxBytes must be > 0, got %d", c.MaxBytes))
+		errs = append(errs, configerr.New("state.Config.MaxBytes", "must be > 0, got %d", c.MaxBytes))
 	}
 	if c.TombstoneTTL <= 0 {
-		errs = append(errs, fmt.Errorf("state: TombstoneTTL must be > 0, got %s", c.TombstoneTTL))
+		errs = append(errs, configerr.New("state.Config.TombstoneTTL", "must be > 0, got %s", c.TombstoneTTL))
 	}
 	return errors.Join(errs...)
 }

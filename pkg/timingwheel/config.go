@@ -1,8 +1,9 @@
 package timingwheel
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/fanout/fanout/pkg/configerr"
 )
 
 // maxSlots bounds Config.Slots. A level is scanned slot by slot when the clock
@@ -40,13 +41,13 @@ func DefaultConfig() Config {
 
 func (c Config) validate() error {
 	if c.Tick <= 0 {
-		return fmt.Errorf("timingwheel: Tick must be > 0, got %v", c.Tick)
+		return configerr.New("timingwheel.Config.Tick", "must be > 0, got %v", c.Tick)
 	}
 	if c.Slots < 2 || c.Slots > maxSlots {
-		return fmt.Errorf("timingwheel: Slots must be in [2, %d], got %d", maxSlots, c.Slots)
+		return configerr.New("timingwheel.Config.Slots", "must be in [2, %d], got %d", maxSlots, c.Slots)
 	}
 	if c.Start.IsZero() {
-		return fmt.Errorf("timingwheel: Start must be set (the wheel never reads the clock)")
+		return configerr.New("timingwheel.Config.Start", "must be set (the wheel never reads the clock)")
 	}
 	return nil
 }

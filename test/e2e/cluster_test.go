@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/freeport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -85,7 +85,7 @@ type node struct {
 	launched time.Time        // when the current process was started
 }
 
-// newCluster allocates ports for every spec and returns the cluster unstarted, so that
+// newCluster reserves ports for every spec and returns the cluster unstarted, so that
 // routes can still be changed. startCluster is newCluster + start.
 func newCluster(t *testing.T, ss ...nodeSpec) *cluster {
 	t.Helper()
@@ -165,26 +165,18 @@ func (c *cluster) cleanup() {
 	}
 }
 
-// freeAddrs returns n distinct free loopback addresses. All listeners stay open until
-// every port is chosen, so the kernel cannot hand out one port twice.
+// freeAddrs reserves n loopback addresses (internal/freeport) for processes the test
+// starts: nothing listens on them, and no other process, nor the kernel, takes them
+// before the test ends (restarts find them free). They are released in cleanup, after
+// a cluster's own cleanup (registered later, so run earlier) has killed its nodes.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	ports, err := freeport.Take(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	t.Cleanup(ports.Release)
+	return ports.Addrs()
 }
 
 // args is the serve command line of n.

@@ -6,8 +6,9 @@
 //
 //   - main_test.go builds the binary and internal/watcher (TestMain) and checks for
 //     leaked goroutines.
-//   - cluster_test.go starts N processes with free ports, waits until each is live
-//     (the empty health service name) and ready (the named service
+//   - cluster_test.go starts N processes on ports reserved with internal/freeport
+//     (outside the kernel's ephemeral range, locked across processes), waits until
+//     each is live (the empty health service name) and ready (the named service
 //     fanout.v1.FanoutService: its bootstrap sync has ended), and stops, kills,
 //     signals and restarts them (with changed flags, if need be). A node's --peers
 //     entry can be routed through another address (a proxy) before the cluster
@@ -57,4 +58,9 @@
 //
 // Set E2E_SIDECAR_RACE=1 to build the sidecar with -race as well; a node whose log
 // reports a data race then fails its test.
+//
+// test/ is a module of its own (test/go.mod replaces the product with this checkout),
+// so that toxiproxy and its dependencies stay out of the product's go.mod: run the
+// tests with `go -C test test ./e2e/` from the repository's root, or `make unit`.
+// TestMain builds cmd/sidecar in the product's module, with the product's go.mod.
 package e2e

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -31,13 +32,18 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	product, err := productDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	sidecarBin = filepath.Join(dir, "sidecar")
-	if err := build(sidecarBin, "github.com/fanout/fanout/cmd/sidecar", sidecarRace); err != nil {
+	if err := build(product, sidecarBin, "./cmd/sidecar", sidecarRace); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	watcherBin = filepath.Join(dir, "watcher")
-	if err := build(watcherBin, "github.com/fanout/fanout/test/e2e/internal/watcher", false); err != nil {
+	if err := build("", watcherBin, "github.com/fanout/fanout/test/e2e/internal/watcher", false); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -52,16 +58,30 @@ func run(m *testing.M) int {
 	return 0
 }
 
-func build(out, pkg string, race bool) error {
+// productDir is the directory of the product's module, which this test module
+// replaces with its checkout (test/go.mod).
+func productDir() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/fanout/fanout").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m github.com/fanout/fanout: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// build runs go build in dir ("": here). The sidecar is built in the product's own
+// module, with its go.mod and go.sum: the binary under test is the one `make build`
+// makes, and this module need not require what the sidecar alone uses.
+func build(dir, out, pkg string, race bool) error {
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
 	args = append(args, pkg)
 	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go %v: %w", args, err)
+		return fmt.Errorf("go %v in %s: %w", args, dir, err)
 	}
 	return nil
 }

@@ -5,7 +5,8 @@
 // # The life of a run
 //
 // Nodes. With Config.Spawn, startCluster starts that many `sidecar serve` processes
-// of Config.Binary on free 127.0.0.1 ports (admin listener off), each peered with all
+// of Config.Binary on 127.0.0.1 ports reserved with internal/freeport (no other process
+// takes them until the nodes have exited), admin listener off, each peered with all
 // the others, and polls their gRPC health service until every one is SERVING. The
 // processes get their own process group (Ctrl-C reaches only the bench) and SIGTERM
 // if the bench dies. With Config.AppAddrs the nodes are already running.
@@ -48,7 +49,7 @@
 // DrainTimeout, or when the first node has nothing pending or in flight and nothing
 // has arrived for a while (the rest was dropped).
 //
-// Result. The counters of the first node's peers (coalesced = overridden, wire
+// Result. The counters of the first node's peers (overridden, wire
 // events = succeeded + stale, dropped, retried) are differences of GetStatus between
 // the start of the measured window and the end. The spawned nodes' CPU is the
 // difference of /proc/<pid>/stat over the same span; their peak RSS comes from the

@@ -10,7 +10,7 @@ import (
 // requiredFields are the JSON fields the issue promises for every run.
 var requiredFields = []string{
 	"submitted", "delivered", "delivered_per_sec", "submit_per_sec",
-	"p50_us", "p99_us", "p999_us", "max_us", "coalesced", "wire_events",
+	"p50_us", "p99_us", "p999_us", "max_us", "overridden", "wire_events",
 }
 
 // spawnFields are present when the bench spawned the nodes.

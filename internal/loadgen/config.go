@@ -104,7 +104,7 @@ func DefaultConfig() Config {
 const maxBatch = 10000
 
 // reservedServeFlags are set by the bench on every spawned node.
-var reservedServeFlags = []string{"--app-addr", "--peer-addr", "--admin-addr", "--node-id", "--peers", "--peers-dns"}
+var reservedServeFlags = []string{"--app-addr", "--peer-addr", "--admin-addr", "--node-id", "--peers"}
 
 func (c *Config) validate() error {
 	var errs []error

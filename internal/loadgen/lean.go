@@ -12,8 +12,9 @@ import (
 // it measures, and a full protobuf decode of every delivery (an Event, its strings and
 // payload, a Timestamp, all allocated) was 45 % of its CPU in a saturated run: CPU the
 // nodes did not get. A NATS bench client, likewise, does not decode what it counts.
-// The stream hands over each message's bytes as a peers.Frame, which the sidecar's
-// codec passes through; FuzzEachDelivery checks the reader against the protobuf decoder.
+// The stream hands over each message's bytes as a peers.Frame, which the frame codec of
+// peers.DialOptions passes through; FuzzEachDelivery checks the reader against the
+// protobuf decoder.
 
 // delivered is what the bench needs of one delivery. Its slices alias the frame.
 type delivered struct {

@@ -37,7 +37,7 @@ type Result struct {
 	LatencyFrom string `json:"latency_from"`
 
 	// Counters of the first node's peers over the run (differences of GetStatus).
-	Coalesced  uint64 `json:"coalesced"`
+	Overridden uint64 `json:"overridden"`
 	WireEvents uint64 `json:"wire_events"`
 	Dropped    uint64 `json:"dropped"`
 	Retried    uint64 `json:"retried"`
@@ -112,7 +112,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "all\t\t%d\t%.0f\t%s\t\n", r.Delivered, r.DeliveredPerSec, latencyCells(r.Latency))
 	tw.Flush()
 	fmt.Fprintf(&b, "\nsubmitted %d (%.0f/s)   latency from %s   bench cpu %.2f s\n", r.Submitted, r.SubmitPerSec, r.LatencyFrom, r.BenchCPUSeconds)
-	fmt.Fprintf(&b, "first node's peers: coalesced %d   wire events %d   retried %d   dropped %d\n", r.Coalesced, r.WireEvents, r.Retried, r.Dropped)
+	fmt.Fprintf(&b, "first node's peers: overridden %d   wire events %d   retried %d   dropped %d\n", r.Overridden, r.WireEvents, r.Retried, r.Dropped)
 	if r.NotAccepted > 0 {
 		fmt.Fprintf(&b, "not accepted by the first node: %d events (STALE, or REFUSED at --state-max-keys/--state-max-bytes)\n", r.NotAccepted)
 	}

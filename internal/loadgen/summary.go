@@ -35,7 +35,7 @@ func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 	r.DeliveredPerSec = perSecond(r.Delivered, b.deliveryWindow(lastMeasured, m))
 	if final != nil {
 		d := final.minus(base)
-		r.Coalesced, r.WireEvents, r.Dropped, r.Retried = d.overridden, d.wire, d.dropped, d.replayed
+		r.Overridden, r.WireEvents, r.Dropped, r.Retried = d.overridden, d.wire, d.dropped, d.replayed
 	}
 	if b.latest != nil {
 		b.convergence(r, m)

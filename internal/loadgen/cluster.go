@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fanout/fanout/pkg/peers"
-	"net"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/fanout/fanout/internal/freeport"
+	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,6 +29,7 @@ const stderrTail = 8 << 10
 // the cluster starts and stop waits for.
 type cluster struct {
 	children []*child
+	ports    *freeport.Set  // the children's ports, reserved until stop
 	wg       sync.WaitGroup // the waiters
 }
 
@@ -65,15 +66,17 @@ func spawnArgs(i int, id, appAddr string, peerAddrs []string, extra []string) []
 	return args
 }
 
-// startCluster spawns cfg.Spawn nodes on free loopback ports, in a full mesh, and waits
-// until every one reports SERVING. On error every started process is stopped.
+// startCluster spawns cfg.Spawn nodes on loopback ports reserved with freeport, in a
+// full mesh, and waits until every one reports SERVING. On error every started process
+// is stopped.
 func startCluster(ctx context.Context, cfg *Config) (*cluster, error) {
-	addrs, err := freeAddrs(2 * cfg.Spawn)
+	ports, err := freeport.Take(2 * cfg.Spawn)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--spawn: %w", err)
 	}
+	addrs := ports.Addrs()
 	peerAddrs := addrs[cfg.Spawn:]
-	c := &cluster{}
+	c := &cluster{ports: ports}
 	for i := range cfg.Spawn {
 		id := fmt.Sprintf("bench-%d", i)
 		if err := c.launch(cfg.Binary, id, spawnArgs(i, id, addrs[i], peerAddrs, cfg.ServeFlags)); err != nil {
@@ -119,7 +122,8 @@ func (c *cluster) appAddrs() []string {
 }
 
 // stop sends SIGTERM to every node still running, waits up to timeout for each to
-// exit, kills the stragglers, and waits for the waiters. It is safe to call twice.
+// exit, kills the stragglers, waits for the waiters and releases the ports. It is safe
+// to call twice.
 func (c *cluster) stop(timeout time.Duration) {
 	for _, ch := range c.children {
 		ch.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
@@ -136,6 +140,7 @@ func (c *cluster) stop(timeout time.Duration) {
 		}
 	}
 	c.wg.Wait()
+	c.ports.Release()
 }
 
 // cpu returns the user+sys CPU each running node has used so far, from /proc. ok is
@@ -180,27 +185,6 @@ func (ch *child) waitReady(ctx context.Context, timeout time.Duration) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// freeAddrs returns n distinct free loopback addresses. All listeners stay open until
-// every port is chosen, so the kernel cannot hand out one port twice.
-func freeAddrs(n int) ([]string, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("--spawn: free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // dialApp connects to a sidecar's app listener (host:port or unix:///path). A refused

@@ -54,7 +54,7 @@ func startInProcess(t *testing.T, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := grpc.NewServer()
+		srv := grpc.NewServer(peers.FrameServerOption()) // Subscribe sends frames
 		fanoutv1.RegisterFanoutServiceServer(srv, fanout.NewFanoutServer(node))
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(lis) }()
@@ -101,8 +101,8 @@ func TestRunAgainstRunningNodes(t *testing.T) {
 	}
 	checkDelivered(t, r)
 	// Unique keys, nothing coalesces, and every measured event reaches both subscribers.
-	if r.Coalesced != 0 || r.Delivered != 2*r.Submitted {
-		t.Errorf("coalesced %d, delivered %d for %d submitted: want 0 and 2×", r.Coalesced, r.Delivered, r.Submitted)
+	if r.Overridden != 0 || r.Delivered != 2*r.Submitted {
+		t.Errorf("overridden %d, delivered %d for %d submitted: want 0 and 2×", r.Overridden, r.Delivered, r.Submitted)
 	}
 	if r.NodeCPUSeconds != 0 || r.Converged != nil || r.Spawned {
 		t.Errorf("not spawned, no hot keys: %+v", r)

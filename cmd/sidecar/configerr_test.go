@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fanout/fanout/pkg/configerr"
+	"github.com/spf13/pflag"
+)
+
+// sidecarSets are the Config fields a library can refuse that no flag sets: the
+// sidecar sets them itself, so a user never sees them refused.
+var sidecarSets = map[string]string{
+	"fanout.Config.Dial":                  "startInstance dials with peers.Dial",
+	"fanout.Config.Limits.MaxEvents":      "SPEC §10's limit, not configurable",
+	"fanout.Config.Limits.MaxTaskIDBytes": "SPEC §10's limit, not configurable",
+	"batcher.Config.AcceptorQueue":        "the default, not configurable",
+	"timingwheel.Config.Tick":             "the node builds its wheel",
+	"timingwheel.Config.Slots":            "the node builds its wheel",
+	"timingwheel.Config.Start":            "the node builds its wheel",
+	"purgatory.Config.Wheel":              "the node builds its purgatory",
+	"purgatory.Config.PurgeInterval":      "the node builds its purgatory",
+}
+
+// fieldPath is how a library names a Config field in a configerr.Error, in its Field or
+// its Problem.
+var fieldPath = regexp.MustCompile(`\b[a-z]+\.Config(\.[A-Z][A-Za-z0-9]*)+`)
+
+// refusableFields returns every field path in the string literals of the libraries'
+// non-test sources (../../pkg), with where it was found.
+func refusableFields(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob("../../pkg/*/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no library sources: %v", err)
+	}
+	found := map[string]string{}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				s, _ := strconv.Unquote(lit.Value)
+				for _, m := range fieldPath.FindAllString(s, -1) {
+					found[m] = fset.Position(lit.Pos()).String()
+				}
+			}
+			return true
+		})
+	}
+	return found
+}
+
+// TestEveryRefusableFieldHasAFlag: every Config field a library's validate can name
+// maps to a serve flag, unless the sidecar sets it itself; every flag of the table
+// exists.
+func TestEveryRefusableFieldHasAFlag(t *testing.T) {
+	found := refusableFields(t)
+	if len(found) < 20 {
+		t.Fatalf("only %d field paths in the libraries' sources: %v", len(found), found)
+	}
+	for field, where := range found {
+		_, flag := configFlags[field]
+		_, own := sidecarSets[field]
+		if !flag && !own {
+			t.Errorf("%s (%s) maps to no flag: add it to configFlags, or to sidecarSets if no flag sets it", field, where)
+		}
+	}
+	for field := range sidecarSets {
+		if _, ok := found[field]; !ok {
+			t.Errorf("sidecarSets lists %s, which no library names", field)
+		}
+	}
+	o := defaultServeOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.addFlags(fs)
+	for field, flag := range configFlags {
+		if fs.Lookup(strings.TrimPrefix(flag, "--")) == nil {
+			t.Errorf("configFlags maps %s to %s, which serve does not have", field, flag)
+		}
+		if _, ok := found[field]; !ok {
+			t.Errorf("configFlags lists %s, which no library names", field)
+		}
+	}
+}
+
+// TestServeNamesTheFlag: a bad value of each flag that a library validates comes back
+// from runServe as that flag, not as a library's field.
+func TestServeNamesTheFlag(t *testing.T) {
+	dataDir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string // the start of one line of the error
+	}{
+		{[]string{"--node-id="}, "--node-id: must not be empty"},
+		{[]string{"--node-id=" + strings.Repeat("n", 2000)}, "--node-id: is 2000 bytes"},
+		{[]string{"--data-dir=" + dataDir, "--max-event-bytes=2000000000"}, "--max-event-bytes: 2000000000 is too big with --data-dir set"},
+		{[]string{"--replicate-timeout=0"}, "--replicate-timeout: must be > 0"},
+		{[]string{"--anti-entropy-interval=-1s"}, "--anti-entropy-interval: must be >= 0"},
+		{[]string{"--sync-timeout=-1s"}, "--sync-timeout: must be >= 0"},
+		{[]string{"--task-ttl=-1s"}, "--task-ttl: must be >= 0"},
+		{[]string{"--state-max-keys=0"}, "--state-max-keys: must be > 0"},
+		{[]string{"--state-max-keys=4294967296"}, "--state-max-keys: must be 1..2147483647"},
+		{[]string{"--state-max-bytes=0"}, "--state-max-bytes: must be > 0"},
+		{[]string{"--tombstone-ttl=0"}, "--tombstone-ttl: must be > 0"},
+		{[]string{"--max-event-bytes=0"}, "--max-event-bytes: must be > 0"},
+		{[]string{"--max-buffer=0"}, "--max-buffer: must be > 0"},
+		{[]string{"--max-batch=0"}, "--max-batch: must be > 0"},
+		{[]string{"--max-batch=20000"}, "--max-batch: must be <= --max-buffer (10000), got 20000"},
+		{[]string{"--workers=0"}, "--workers: must be > 0"},
+		{[]string{"--max-batching-delay=-1s"}, "--max-batching-delay: must be >= 0"},
+		{[]string{"--batch-idle-flush=-1s"}, "--batch-idle-flush: must be >= 0"},
+		{[]string{"--congestion-retry-delay=-1s"}, "--congestion-retry-delay: must be >= 0"},
+		{[]string{"--network-failure-retry-delay=-1s"}, "--network-failure-retry-delay: must be >= 0"},
+		{[]string{"--breaker-failures=0"}, "--breaker-failures: must be > 0"},
+		{[]string{"--breaker-open=0"}, "--breaker-open: must be > 0"},
+		{[]string{"--breaker-probes=0"}, "--breaker-probes: must be > 0"},
+	}
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.want, func(t *testing.T) {
+			o := defaultServeOptions()
+			fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+			o.addFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			o.appAddr, o.peerAddr, o.adminAddr, o.logLevel = "127.0.0.1:0", "127.0.0.1:0", "", "error"
+			o.peers = "127.0.0.1:1"                                                  // a peer, so that its batcher and breaker are made
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a node that starts stops here
+			defer cancel()
+			err := runServe(ctx, o)
+			if err == nil {
+				t.Fatal("runServe accepted the flags")
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, tc.want) }) {
+				t.Errorf("runServe = %q, want a line starting %q", err, tc.want)
+			}
+			if m := fieldPath.FindString(err.Error()); m != "" {
+				t.Errorf("runServe = %q names the field %s", err, m)
+			}
+			var ce *configerr.Error
+			if !errors.As(err, &ce) {
+				t.Errorf("runServe = %q does not wrap the library's configerr.Error", err)
+			}
+		})
+		covered[strings.SplitN(tc.want, ":", 2)[0]] = true
+	}
+	for _, flag := range configFlags {
+		if !covered[flag] && flag != "--data-dir" { // --data-dir is only mentioned
+			t.Errorf("no case gives %s a bad value", flag)
+		}
+	}
+}
+
+func TestForFlags(t *testing.T) {
+	buffer := configerr.New("batcher.Config.MaxBuffer", "must be > 0, got %d", 0)
+	batch := configerr.New("batcher.Config.MaxBatch", "must be <= batcher.Config.MaxBuffer (%d), got %d", 10, 11)
+	own := configerr.New("fanout.Config.Dial", "must be set when there are peers")
+	other := errors.New("listen tcp: address in use")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a field", buffer, "--max-buffer: must be > 0, got 0"},
+		{"a field it mentions", batch, "--max-batch: must be <= --max-buffer (10), got 11"},
+		{"wrapped: the wrapper's words go", fmt.Errorf("peer x:1 breaker: %w", buffer), "--max-buffer: must be > 0, got 0"},
+		{"joined under a wrapper", fmt.Errorf("peer x:1: %w", errors.Join(buffer, batch)),
+			"--max-buffer: must be > 0, got 0\n--max-batch: must be <= --max-buffer (10), got 11"},
+		{"joined with another error", errors.Join(other, buffer), "listen tcp: address in use\n--max-buffer: must be > 0, got 0"},
+		{"a field no flag sets", fmt.Errorf("x: %w", own), "x: fanout.Config.Dial: must be set when there are peers"},
+		{"no field", other, "listen tcp: address in use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := forFlags(tc.err).Error(); got != tc.want {
+				t.Errorf("forFlags = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if forFlags(nil) != nil {
+		t.Error("forFlags(nil) != nil")
+	}
+}
