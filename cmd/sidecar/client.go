@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -21,10 +22,12 @@ import (
 const maxReplyBytes = 128 << 20
 
 // appOptions are the flags shared by the commands that call a sidecar's app listener
-// (status, submit, get, watch). Only --addr is also read from the environment.
+// (status, submit, get, watch). Only --addr and --token-file are also read from the
+// environment.
 type appOptions struct {
-	addr    string
-	timeout time.Duration // 0: no deadline
+	addr      string
+	timeout   time.Duration // 0: no deadline
+	tokenFile string        // --token-file: the sidecar's --app-token-file
 }
 
 func defaultAppOptions(timeout time.Duration) appOptions {
@@ -34,6 +37,33 @@ func defaultAppOptions(timeout time.Duration) appOptions {
 func (o *appOptions) addFlags(fs *pflag.FlagSet, timeoutUsage string) {
 	fs.StringVar(&o.addr, "addr", o.addr, "the sidecar's app address (host:port or unix:///path)")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, timeoutUsage)
+	fs.StringVar(&o.tokenFile, "token-file", o.tokenFile, "file holding the token of a sidecar started with --app-token-file (sent as \"authorization: Bearer <token>\")")
+}
+
+// bearer sends a token with every call. The app listener is loopback or a unix
+// socket, without TLS, so it does not require transport security.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// token reads --token-file ("" without one).
+func (o appOptions) token() (string, error) {
+	if o.tokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--token-file %s is empty", o.tokenFile)
+	}
+	return tok, nil
 }
 
 // dialApp connects to a sidecar's app listener: host:port, or unix:///path.
@@ -48,7 +78,15 @@ func dialApp(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 
 // connect dials --addr. The caller closes the connection.
 func (o appOptions) connect() (*grpc.ClientConn, fanoutv1.FanoutServiceClient, error) {
-	cc, err := dialApp(o.addr, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes)))
+	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes))}
+	tok, err := o.token()
+	if err != nil {
+		return nil, nil, err
+	}
+	if tok != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+	}
+	cc, err := dialApp(o.addr, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--addr %q: %w (want host:port or unix:///path)", o.addr, err)
 	}
@@ -87,6 +125,12 @@ func (o appOptions) rpcError(method string, err error) error {
 	switch st.Code() {
 	case codes.Unavailable:
 		msg += " (is a sidecar serving on --addr?)"
+	case codes.Unauthenticated:
+		if o.tokenFile == "" {
+			msg += " (this sidecar requires a token: pass --token-file with the content of its --app-token-file)"
+		} else {
+			msg += " (--token-file does not hold this sidecar's token)"
+		}
 	case codes.DeadlineExceeded:
 		msg += fmt.Sprintf(" (--timeout %s passed: raise it)", o.timeout)
 	}

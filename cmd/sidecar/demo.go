@@ -87,7 +87,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 			cancel()
 		}
 	}()
-	printDemoIntro(out, nodes)
+	intro := demoIntro(nodes)
+	io.WriteString(out, intro)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -99,7 +100,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); publish(wctx, nodes, o) }()
-	watch(ctx, nodes, out)
+	watch(ctx, nodes, out, intro)
 	return nil
 }
 
@@ -154,12 +155,19 @@ func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
 	return nodes, nil
 }
 
-func printDemoIntro(out io.Writer, nodes []*demoNode) {
-	fmt.Fprintln(out, "fanout demo: a 3-node cluster in this process")
+// demoIntro names the nodes and how to look at them. Every frame of the live view
+// repeats it, so the addresses stay on screen.
+func demoIntro(nodes []*demoNode) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, "fanout demo: a 3-node cluster in this process (Ctrl-C stops it)")
 	for _, n := range nodes {
-		fmt.Fprintf(out, "  %s  app %s  peer %s\n", n.inst.node.ID(), n.inst.appAddr, n.inst.peerAddr)
+		fmt.Fprintf(&b, "  %s  app %s  peer %s\n", n.inst.node.ID(), n.inst.appAddr, n.inst.peerAddr)
 	}
-	fmt.Fprintf(out, "Try, in another terminal:  go run ./cmd/sidecar status --addr %s\n\n", nodes[0].inst.appAddr)
+	a, c := nodes[0].inst.appAddr, nodes[len(nodes)-1].inst.appAddr
+	fmt.Fprintf(&b, "In another terminal:  bin/sidecar status --addr %s\n", a)
+	fmt.Fprintf(&b, "                      bin/sidecar watch --addr %s demo/mine\n", c)
+	fmt.Fprintf(&b, "                      bin/sidecar submit --addr %s demo/mine '{\"hello\":1}'\n\n", a)
+	return b.String()
 }
 
 // subscribeCount reads a node's Subscribe stream, like a local app would, and counts.
@@ -226,7 +234,7 @@ func demoKey(rng *rand.Rand, keys int) string {
 }
 
 // watch redraws the view every second until ctx is done.
-func watch(ctx context.Context, nodes []*demoNode, out io.Writer) {
+func watch(ctx context.Context, nodes []*demoNode, out io.Writer, intro string) {
 	tty := isTerminal(out)
 	prevSent := make(map[string]uint64)
 	prevDelivered := make([]uint64, len(nodes))
@@ -243,6 +251,7 @@ func watch(ctx context.Context, nodes []*demoNode, out io.Writer) {
 		var b strings.Builder
 		if tty {
 			b.WriteString("\033[H\033[2J")
+			b.WriteString(intro) // the clear took it off the screen
 		}
 		fmt.Fprintf(&b, "t=%s\n", time.Since(start).Round(time.Second))
 		renderDemo(&b, nodes, prevSent, prevDelivered)

@@ -61,7 +61,7 @@ read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 	fs.IntVar(&o.limit, "limit", 0, fmt.Sprintf("with --prefix: entries per page, up to %d (0: the sidecar's default, 1000)", maxPage))
 	fs.IntVar(&o.max, "max", 0, "with --prefix: stop after this many entries (0: list them all)")
 	o.format.addFlags(fs, "print one protojson Entry per line instead of the table")
-	envOnly(cmd.Flags(), "addr")
+	envOnly(cmd.Flags(), "addr", "token-file")
 	return cmd
 }
 

@@ -62,7 +62,7 @@ func TestGet(t *testing.T) {
 		{"prefix, --max cuts the last page", []string{"--prefix", "reg/", "--limit", "2", "--max", "3"}, nil, pages, nil,
 			[]proto.Message{page("", 2), page("p2", 1)},
 			header + rowA + rowB + rowC, "", ""},
-		{"FANOUT_* other than FANOUT_ADDR are serve's, not get's", []string{"--prefix", "reg/", "--max", "2"}, map[string]string{"FANOUT_PREFIX": "nope/", "FANOUT_MAX": "99"}, pages, nil,
+		{"FANOUT_* other than FANOUT_ADDR are serve's, not get's", []string{"--prefix", "reg/", "--max", "2"}, map[string]string{"FANOUT_MAX_BATCH": "99", "FANOUT_WORKERS": "1"}, pages, nil,
 			[]proto.Message{page("", 2)},
 			header + rowA + rowB, "", ""},
 		{"nothing under the prefix", []string{"--prefix", "reg/"}, nil, map[string]*fanoutv1.GetResponse{"": {}}, nil,

@@ -45,7 +45,7 @@ func TestInstanceWiring(t *testing.T) {
 	}
 	var table strings.Builder
 	printStatus(&table, st)
-	for _, want := range []string{"ready ", "SYNC ROUNDS", "127.0.0.1:1"} {
+	for _, want := range []string{"ready ", "PENDING", "127.0.0.1:1"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("sidecar status output lacks %q:\n%s", want, table.String())
 		}

@@ -17,12 +17,15 @@ func newRootCmd() *cobra.Command {
 		Short:         "fanout: replicate the latest state per task_id to every peer sidecar",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return bindEnv(cmd.Flags())
-		},
 	}
 	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
 		newSubmitCmd(), newGetCmd(), newWatchCmd())
+	annotateEnv(root)
+	known := knownEnv(root)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		warnUnknownEnv(cmd.ErrOrStderr(), known, os.Environ())
+		return bindEnv(cmd.Flags())
+	}
 	return root
 }
 

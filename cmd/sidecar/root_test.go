@@ -126,3 +126,78 @@ func TestClientCommandsReadOnlyAddrFromEnv(t *testing.T) {
 		t.Errorf("serve --max-batch = %q, want 250 from FANOUT_MAX_BATCH", got)
 	}
 }
+
+// TestEnvInHelpAndUnknownEnv: each flag that reads the environment names its
+// variable in --help, and a FANOUT_* variable no command reads is warned about, with
+// the closest known name.
+func TestEnvInHelpAndUnknownEnv(t *testing.T) {
+	ctx := testContext(t)
+	out, _, err := runCLI(ctx, []string{"status", "--help"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"[$FANOUT_ADDR]", "[$FANOUT_TOKEN_FILE]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status --help lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "$FANOUT_TIMEOUT") {
+		t.Error("status --help says --timeout reads FANOUT_TIMEOUT, which it does not")
+	}
+
+	t.Setenv("FANOUT_MAX_BUFER", "5")
+	t.Setenv("FANOUT_MAX_BATCH", "5") // serve's: known, not warned about in version
+	_, stderr, err := runCLI(ctx, []string{"version"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "warning: FANOUT_MAX_BUFER is set but no sidecar command reads it") ||
+		!strings.Contains(stderr, "did you mean FANOUT_MAX_BUFFER?") || strings.Contains(stderr, "FANOUT_MAX_BATCH") {
+		t.Errorf("stderr %q, want one warning for FANOUT_MAX_BUFER naming FANOUT_MAX_BUFFER", stderr)
+	}
+}
+
+// TestServeHelpGroups: serve's help puts every flag under exactly one heading.
+func TestServeHelpGroups(t *testing.T) {
+	cmd := newServeCmd()
+	seen := map[string]int{}
+	for _, g := range serveFlagGroups() {
+		for _, f := range g.flags {
+			seen[f]++
+			if cmd.Flags().Lookup(f) == nil {
+				t.Errorf("group %q lists --%s, which serve does not have", g.title, f)
+			}
+		}
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if seen[f.Name] != 1 {
+			t.Errorf("--%s is in %d groups of serve --help, want 1: add it to serveFlagGroups", f.Name, seen[f.Name])
+		}
+	})
+	out, _, err := runCLI(testContext(t), []string{"serve", "--help"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range serveFlagGroups() {
+		if !strings.Contains(out, "\n"+g.title+":\n") {
+			t.Errorf("serve --help lacks the heading %q", g.title)
+		}
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		n := 0
+		for line := range strings.Lines(out) {
+			line = strings.TrimLeft(line, " ")
+			if strings.HasPrefix(line, "--"+f.Name+" ") || (f.Shorthand != "" && strings.HasPrefix(line, "-"+f.Shorthand+", --"+f.Name+" ")) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("serve --help shows --%s %d times, want once", f.Name, n)
+		}
+	})
+	for _, word := range []string{"seed 0", "SPEC §"} {
+		if strings.Contains(out, word) {
+			t.Errorf("serve --help says %q, which means nothing to a user", word)
+		}
+	}
+}

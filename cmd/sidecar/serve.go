@@ -67,8 +67,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&b.MaxBatchingDelay, "max-batching-delay", b.MaxBatchingDelay, "how long the oldest event may wait for a fuller batch (0: send at once; Eureka uses 500ms)")
 	fs.DurationVar(&b.IdleFlush, "batch-idle-flush", b.IdleFlush, "with --max-batching-delay > 0: send a waiting batch early once no new event has arrived for this long (0: off; Eureka has no such rule)")
 	fs.IntVar(&b.Workers, "workers", b.Workers, "concurrent Replicate calls per peer")
-	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY (seed 000)")
-	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached (seed 000: a dead peer deserves the longer pause)")
+	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after it said it is overloaded (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY): it may recover in a moment")
+	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached: longer than the congestion pause, since a dead peer takes longer to come back")
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
 	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call, and of each Digest call of an anti-entropy round; a slower peer counts as congested (a Digest past it fails that round, which the next interval retries, so a frozen peer does not hold up the rounds with the others)")
 	fs.IntVar(&c.State.MaxKeys, "state-max-keys", c.State.MaxKeys, "keys the state table holds, deleted ones included; at the bound a new key is refused (REFUSED to the app, BUSY to peers) and counted")
@@ -113,6 +113,7 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	o.addFlags(cmd.Flags())
+	cmd.SetUsageFunc(groupedUsage(serveFlagGroups()))
 	return cmd
 }
 

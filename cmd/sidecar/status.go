@@ -1,34 +1,145 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
+// statusOptions are the flags of `sidecar status`.
+type statusOptions struct {
+	app      appOptions
+	output   string // table, wide or json
+	json     bool   // --json: -o json
+	watch    bool
+	interval time.Duration
+}
+
 func newStatusCmd() *cobra.Command {
-	o := defaultAppOptions(5 * time.Second)
+	o := statusOptions{app: defaultAppOptions(5 * time.Second), output: "table", interval: 2 * time.Second}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print a sidecar's GetStatus as a table",
-		Args:  cobra.NoArgs,
+		Short: "Print a sidecar's state and its peers (GetStatus)",
+		Long: `Print a sidecar's state and its peers, from GetStatus.
+
+The default table has one line per peer: its node id, breaker, events waiting
+(PENDING) and in a call (IN-FLIGHT), events the peer took (SENT: answered OK or
+STALE) and events given up on (DROPPED: evicted from a full queue, expired, or
+refused as invalid), when anti-entropy last synced with it and its last error.
+-o wide prints every counter of the API (OVERRIDDEN: replaced by a newer event of
+the same task_id before it was sent; REPLAYED: sent again after a failed call;
+CONGESTION, TRANSIENT, PERMANENT: events in calls that failed so) and the
+anti-entropy table. -o json (or --json) prints the GetStatusResponse as protojson:
+64-bit counters are JSON strings, as protojson writes them.`,
+		Example: `  sidecar status
+  sidecar status -o wide
+  sidecar status --json | jq '.peers[] | {address, nodeId, pending}'
+  sidecar status --watch --interval 1s`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := fetchStatus(cmd.Context(), o)
+			if o.json {
+				o.output = "json"
+			}
+			render, err := statusRenderer(o.output)
 			if err != nil {
 				return err
 			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
+			if !o.watch {
+				st, err := fetchStatus(cmd.Context(), o.app)
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), st)
+			}
+			if o.interval <= 0 {
+				return fmt.Errorf("--interval %s: want a positive duration", o.interval)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return watchStatus(ctx, cmd.OutOrStdout(), o, render, time.Now)
 		},
 	}
-	o.addFlags(cmd.Flags(), "give up after this long")
-	envOnly(cmd.Flags(), "addr")
+	fs := cmd.Flags()
+	o.app.addFlags(fs, "give up on one GetStatus after this long")
+	fs.StringVarP(&o.output, "output", "o", o.output, "table (one line per peer), wide (every counter, and anti-entropy) or json (protojson)")
+	fs.BoolVar(&o.json, "json", false, "the same as -o json")
+	fs.BoolVarP(&o.watch, "watch", "w", false, "print the status again every --interval until Ctrl-C (on a terminal, in place)")
+	fs.DurationVar(&o.interval, "interval", o.interval, "with --watch: how often")
+	envOnly(fs, "addr", "token-file")
 	return cmd
+}
+
+// statusRenderer returns the printer of an --output.
+func statusRenderer(output string) (func(io.Writer, *fanoutv1.GetStatusResponse) error, error) {
+	switch output {
+	case "table":
+		return func(w io.Writer, st *fanoutv1.GetStatusResponse) error { printStatus(w, st); return nil }, nil
+	case "wide":
+		return func(w io.Writer, st *fanoutv1.GetStatusResponse) error { printStatusWide(w, st); return nil }, nil
+	case "json":
+		return printStatusJSON, nil
+	}
+	return nil, fmt.Errorf("-o %q: want table, wide or json", output)
+}
+
+// printStatusJSON prints st as protojson, every field present (zeros included), so
+// that a script's query never finds a key missing.
+func printStatusJSON(w io.Writer, st *fanoutv1.GetStatusResponse) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(st)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// watchStatus prints the status every o.interval until ctx ends. On a terminal it
+// redraws in place; elsewhere (a pipe, a file) it appends each snapshot after a
+// timestamped header line, without escape codes. A failed GetStatus prints its error
+// and the watch goes on: a restarting sidecar comes back.
+func watchStatus(ctx context.Context, w io.Writer, o statusOptions, render func(io.Writer, *fanoutv1.GetStatusResponse) error, now func() time.Time) error {
+	tty := isTerminal(w)
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	for {
+		var frame bytes.Buffer
+		fmt.Fprintf(&frame, "every %s: sidecar status --addr %s   %s\n\n", o.interval, o.app.addr, now().Format(time.TimeOnly))
+		st, err := fetchStatus(ctx, o.app)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			fmt.Fprintf(&frame, "error: %v (retrying)\n", err)
+		default:
+			if err := render(&frame, st); err != nil {
+				return err
+			}
+		}
+		if tty {
+			_, _ = io.WriteString(w, "\x1b[H\x1b[2J") // home, clear screen
+		} else {
+			_, _ = io.WriteString(w, "\n")
+		}
+		if _, err := w.Write(frame.Bytes()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // fetchStatus calls GetStatus on the sidecar at o.addr.
@@ -41,16 +152,45 @@ func fetchStatus(ctx context.Context, o appOptions) (*fanoutv1.GetStatusResponse
 	return st, err
 }
 
-func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
+// printHeader prints the node's own line and its readiness.
+func printHeader(w io.Writer, st *fanoutv1.GetStatusResponse) {
 	state := st.GetState()
-	fmt.Fprintf(w, "node %s   keys %d/%d   bytes %d/%d   revision %d   subscribers %d   delivered %d\n\n",
-		st.GetNodeId(), state.GetKeys(), state.GetMaxKeys(), state.GetBytes(), state.GetMaxBytes(),
-		state.GetRevision(), st.GetSubscribers(), st.GetDelivered())
 	ready := "no"
 	if st.GetReady() {
 		ready = "yes"
 	}
-	fmt.Fprintf(w, "ready %s: %s\n\n", ready, st.GetReadyReason())
+	fmt.Fprintf(w, "node %s   ready %s   keys %d/%d   bytes %d/%d   revision %d   subscribers %d   delivered %d\n",
+		st.GetNodeId(), ready, state.GetKeys(), state.GetMaxKeys(), state.GetBytes(), state.GetMaxBytes(),
+		state.GetRevision(), st.GetSubscribers(), st.GetDelivered())
+	fmt.Fprintf(w, "%s\n\n", st.GetReadyReason())
+}
+
+// printStatus prints the narrow table: a line per peer that fits 100 columns.
+func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
+	now := time.Now()
+	printHeader(w, st)
+	if len(st.GetPeers()) == 0 {
+		fmt.Fprintln(w, "no peers")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tNODE\tBREAKER\tPENDING\tIN-FLIGHT\tSENT\tDROPPED\tLAST ERROR")
+	for _, p := range st.GetPeers() {
+		lastErr := "-"
+		if e := p.GetLastError(); e != nil {
+			lastErr = fmt.Sprintf("%s %s ago", strings.ToLower(e.GetClass()), age(now, e.GetAt().AsTime()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", shortAddr(p.GetAddress(), peerColumn), peerNode(p), p.GetBreaker(),
+			p.GetPending(), p.GetInFlight(), p.GetSucceeded(), p.GetOverflow()+p.GetExpired()+p.GetPermanent(), lastErr)
+	}
+	tw.Flush()
+	printPeerErrors(w, st, now)
+}
+
+// printStatusWide prints every counter of every peer, and the anti-entropy table.
+func printStatusWide(w io.Writer, st *fanoutv1.GetStatusResponse) {
+	now := time.Now()
+	printHeader(w, st)
 	if len(st.GetPeers()) == 0 {
 		fmt.Fprintln(w, "no peers")
 		return
@@ -58,18 +198,49 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "PEER\tNODE\tBREAKER\tPENDING\tIN-FLIGHT\tACCEPTED\tSUCCEEDED\tOVERRIDDEN\tOVERFLOW\tEXPIRED\tREPLAYED\tCONGESTION\tTRANSIENT\tPERMANENT\tSTALE\t")
 	for _, p := range st.GetPeers() {
-		node := p.GetNodeId()
-		if node == "" {
-			node = "?"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
-			p.GetAddress(), node, p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
+			p.GetAddress(), peerNode(p), p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
 			p.GetOverridden(), p.GetOverflow(), p.GetExpired(), p.GetReplayed(), p.GetCongestion(), p.GetTransient(),
 			p.GetPermanent(), p.GetStale())
 	}
 	tw.Flush()
-	printPeerErrors(w, st, time.Now())
-	printSync(w, st, time.Now())
+	printPeerErrors(w, st, now)
+	printSync(w, st, now)
+}
+
+// peerColumn is the width of the narrow table's PEER column: a Kubernetes DNS name
+// is cut in the middle, keeping its first label and the port (-o wide has it whole).
+const peerColumn = 24
+
+// shortAddr cuts addr to n characters, keeping its start and its port.
+func shortAddr(addr string, n int) string {
+	r := []rune(addr)
+	if len(r) <= n {
+		return addr
+	}
+	port := ""
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 && len(addr)-i < n/2 {
+		port = addr[i:]
+	}
+	keep := n - len([]rune(port)) - 1
+	return string(r[:keep]) + "…" + port
+}
+
+// peerNode is a peer's node id, "?" until it has answered.
+func peerNode(p *fanoutv1.PeerStatus) string {
+	if id := p.GetNodeId(); id != "" {
+		return id
+	}
+	return "?"
+}
+
+// age is now - t rounded for a table: 850ms, 12s, 3m4s.
+func age(now, t time.Time) string {
+	d := now.Sub(t)
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // printPeerErrors prints why each failing peer fails: its latest failed Replicate.

@@ -76,7 +76,7 @@ read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 		},
 	}
 	o.addFlags(cmd)
-	envOnly(cmd.Flags(), "addr")
+	envOnly(cmd.Flags(), "addr", "token-file")
 	return cmd
 }
 

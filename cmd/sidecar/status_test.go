@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// statusApp answers GetStatus with st (fakeApp does not implement it).
+type statusApp struct {
+	fakeApp
+	st *fanoutv1.GetStatusResponse
+}
+
+func (s *statusApp) GetStatus(context.Context, *fanoutv1.GetStatusRequest) (*fanoutv1.GetStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s.st, nil
+}
+
+func sampleStatus() *fanoutv1.GetStatusResponse {
+	now := time.Now()
+	return &fanoutv1.GetStatusResponse{
+		NodeId: "node-a", Ready: true, ReadyReason: "ready: synced with 2 of 2 peers",
+		State: &fanoutv1.StateStatus{Keys: 12, MaxKeys: 1000000, Revision: 1 << 60},
+		Peers: []*fanoutv1.PeerStatus{
+			{Address: "fanout-1.fanout.prod.svc.cluster.local:7071", NodeId: "fanout-1", Breaker: "closed",
+				Accepted: 40, Succeeded: 37, Overridden: 3, Overflow: 1, Expired: 2, Permanent: 4, Pending: 5,
+				Sync: &fanoutv1.SyncStatus{Rounds: 3, LastSuccess: timestamppb.New(now.Add(-12 * time.Second)), LastDuration: durationpb.New(3 * time.Millisecond)}},
+			{Address: "10.0.0.3:7071", Breaker: "open", Transient: 9,
+				LastError: &fanoutv1.PeerError{Class: "TRANSIENT", Message: "dial tcp 10.0.0.3:7071: connection refused", At: timestamppb.New(now.Add(-2 * time.Second))}},
+		},
+	}
+}
+
+func TestStatusOutputs(t *testing.T) {
+	app := &statusApp{st: sampleStatus()}
+	addr := serveOn(t, grpc.NewServer(), app)
+	ctx := testContext(t)
+
+	table, _, err := runCLI(ctx, []string{"status", "--addr", addr}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"node node-a", "ready yes", "SENT", "DROPPED", "fanout-1.fanout.pr…:7071", "transient 2s ago", "connection refused"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("status lacks %q:\n%s", want, table)
+		}
+	}
+	// fanout-1: sent 37, dropped 1+2+4 = 7; the unknown peer's node is "?".
+	if line := lineWith(table, "fanout-1.fanout.pr…:7071"); !strings.Contains(line, " 37 ") || !strings.Contains(line, " 7 ") {
+		t.Errorf("fanout-1's line %q lacks sent 37 and dropped 7", line)
+	}
+	for line := range strings.Lines(table) {
+		if strings.HasPrefix(line, "last error") || strings.HasPrefix(line, "node ") {
+			continue // the free-text lines
+		}
+		if n := len([]rune(strings.TrimRight(line, "\n"))); n > 100 {
+			t.Errorf("a table line is %d columns, want ≤ 100: %q", n, line)
+		}
+	}
+
+	wide, _, err := runCLI(ctx, []string{"status", "--addr", addr, "-o", "wide"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"OVERRIDDEN", "CONGESTION", "SYNC ROUNDS", "PERMANENT", "fanout-1.fanout.prod.svc.cluster.local:7071", "12s ago"} {
+		if !strings.Contains(wide, want) {
+			t.Errorf("status -o wide lacks %q:\n%s", want, wide)
+		}
+	}
+
+	for _, args := range [][]string{{"-o", "json"}, {"--json"}} {
+		out, _, err := runCLI(ctx, append([]string{"status", "--addr", addr}, args...), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got fanoutv1.GetStatusResponse
+		if err := protojson.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("status %v is not protojson: %v\n%s", args, err, out)
+		}
+		if !proto.Equal(&got, app.st) {
+			t.Errorf("status %v round-trips to %v, want %v", args, &got, app.st)
+		}
+		var m struct {
+			State struct{ Revision any }
+			Peers []map[string]any
+		}
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.State.Revision != "1152921504606846976" || len(m.Peers) != 2 || m.Peers[0]["congestion"] != "0" {
+			t.Errorf("status %v: want 64-bit numbers as exact strings and zeros present:\n%s", args, out)
+		}
+	}
+	if _, _, err := runCLI(ctx, []string{"status", "--addr", addr, "-o", "yaml"}, ""); err == nil || !strings.Contains(err.Error(), "want table, wide or json") {
+		t.Errorf("-o yaml: %v", err)
+	}
+}
+
+// TestStatusWatch: --watch prints a snapshot every --interval, without escape codes
+// when the output is not a terminal, and goes on through a failing GetStatus.
+func TestStatusWatch(t *testing.T) {
+	app := &statusApp{st: sampleStatus()}
+	addr := serveOn(t, grpc.NewServer(), app)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := newLineBuffer()
+	done := make(chan error, 1)
+	go func() {
+		_, err := runCLITo(ctx, out, []string{"status", "--addr", addr, "--watch", "--interval", "50ms"}, "")
+		done <- err
+	}()
+	waitFor := func(what string, cond func(string) bool) {
+		t.Helper()
+		for !cond(out.String()) {
+			if err := out.waitLines(ctx, 1); err != nil {
+				t.Fatalf("%s: %v\n%s", what, err, out.String())
+			}
+		}
+	}
+	waitFor("two snapshots", func(s string) bool { return strings.Count(s, "node node-a") >= 2 })
+	app.mu.Lock()
+	app.err = status.Error(codes.Unavailable, "restarting")
+	app.mu.Unlock()
+	waitFor("the error line", func(s string) bool { return strings.Contains(s, "(retrying)") })
+	app.mu.Lock()
+	app.err = nil
+	app.mu.Unlock()
+	n := strings.Count(out.String(), "node node-a")
+	waitFor("a snapshot after the error", func(s string) bool { return strings.Count(s, "node node-a") > n })
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("watch ended with %v", err)
+	}
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Error("watch wrote escape codes to a non-terminal")
+	}
+	if !strings.Contains(out.String(), "every 50ms: sidecar status --addr "+addr) {
+		t.Errorf("no header line:\n%s", out.String())
+	}
+}
+
+// TestClientToken: the client commands send --token-file's token, and a sidecar's
+// refusal says what to pass.
+func TestClientToken(t *testing.T) {
+	app := &statusApp{st: sampleStatus()}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(auth.UnaryServerInterceptor(func(ctx context.Context) (context.Context, error) {
+		tok, err := auth.AuthFromMD(ctx, "bearer")
+		if err != nil || tok != "s3cret" {
+			return nil, status.Error(codes.Unauthenticated, "wrong token")
+		}
+		return ctx, nil
+	})))
+	addr := serveOn(t, srv, app)
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	_ = os.WriteFile(good, []byte("s3cret\n"), 0o600)
+	_ = os.WriteFile(bad, []byte("nope"), 0o600)
+	ctx := testContext(t)
+	if _, _, err := runCLI(ctx, []string{"status", "--addr", addr, "--token-file", good}, ""); err != nil {
+		t.Errorf("status with the token: %v", err)
+	}
+	if _, _, err := runCLI(ctx, []string{"status", "--addr", addr}, ""); err == nil || !strings.Contains(err.Error(), "pass --token-file") {
+		t.Errorf("status without a token: %v, want a hint to pass --token-file", err)
+	}
+	if _, _, err := runCLI(ctx, []string{"status", "--addr", addr, "--token-file", bad}, ""); err == nil || !strings.Contains(err.Error(), "does not hold this sidecar's token") {
+		t.Errorf("status with a wrong token: %v", err)
+	}
+	t.Setenv("FANOUT_TOKEN_FILE", good)
+	if _, _, err := runCLI(ctx, []string{"get", "--addr", addr, "k"}, ""); status.Code(err) == codes.Unauthenticated || (err != nil && strings.Contains(err.Error(), "UNAUTHENTICATED")) {
+		t.Errorf("get with FANOUT_TOKEN_FILE: %v", err)
+	}
+}
+
+// serveOn serves app on srv at a loopback port until the test ends.
+func serveOn(t *testing.T, srv *grpc.Server, app fanoutv1.FanoutServiceServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fanoutv1.RegisterFanoutServiceServer(srv, app)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	return lis.Addr().String()
+}
+
+// lineWith is the first line of text that contains substr.
+func lineWith(text, substr string) string {
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, substr) {
+			return line
+		}
+	}
+	return ""
+}
