@@ -133,23 +133,47 @@ func TestPeerMutualTLS(t *testing.T) {
 
 // TestPeerCertificateRotation rotates every node's certificate and CA bundle to a new
 // CA (both CAs trusted, then certificates from the new one, then the old CA dropped)
-// while A submits, without a restart; every event reaches every node. Then a node
-// restarted on the new files is reached over new handshakes, and a certificate of the
-// old CA is refused.
+// without a restart, while A and B submit all along; then C restarts on the new
+// files, so A and B reach it over new handshakes. Every node converges on every
+// write, no subscriber sees a key go backwards, and a certificate of the old CA is
+// refused.
 func TestPeerCertificateRotation(t *testing.T) {
 	oldCA, dirs, ss := tlsCluster(t, 3)
 	c := startCluster(t, ss...)
 	newCA := testpki.Must(testpki.NewCA("new CA"))
+	cv := watch(t, c)
+	l := newLedger()
 
-	var keys []string
-	submit := func(step string) {
-		t.Helper()
-		key := "rotation/" + strings.ReplaceAll(step, " ", "-")
-		if resp, _ := ackSubmit(t, c, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, key); !resp.GetSatisfied() {
-			t.Fatalf("%s: ack ALL unsatisfied: %v", step, resp)
-		}
-		keys = append(keys, key)
+	// The load: A and B each update 50 keys of their own, 10 per request, every 20ms.
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	for _, origin := range []int{0, 1} {
+		go func() {
+			id := c.node(origin).spec.ID
+			for round := 0; ; round++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				reqs := changes("rotation/"+id+"/", fmt.Sprint(round), 50, 10)
+				if err := submitAll(c.client(origin), id, reqs[round%len(reqs):round%len(reqs)+1], l); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
 	}
+	stopLoad := func() {
+		close(stop)
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("load during the rotation: %v", err)
+			}
+		}
+	}
+
 	rotate := func(step string, signer *testpki.CA, bundle ...*testpki.CA) {
 		t.Helper()
 		before := make([]float64, 3)
@@ -165,26 +189,26 @@ func TestPeerCertificateRotation(t *testing.T) {
 				return nil
 			})
 		}
-		submit(step)
+		if resp, _ := ackSubmit(t, c, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, "rotation/"+strings.ReplaceAll(step, " ", "-")); !resp.GetSatisfied() {
+			t.Fatalf("%s: ack ALL unsatisfied: %v", step, resp)
+		}
 	}
-	submit("before")
 	rotate("both CAs trusted", oldCA, oldCA, newCA)
 	rotate("certificates from the new CA", newCA, oldCA, newCA)
 	rotate("old CA dropped", newCA, newCA)
 
 	// New handshakes: C restarts, and A and B reconnect to it with the new files.
 	c.node(2).kill()
-	c.node(2).restart()
-	submit("after C restarted")
-	for _, k := range keys {
-		for i := range 3 {
-			if got := getEntry(t, c, i, k); got.GetOriginNode() != "A" {
-				t.Errorf("node %s lacks %s after the rotation: %v", c.node(i).spec.ID, k, got)
-			}
+	cv.restart(2)
+	time.Sleep(200 * time.Millisecond) // some load after C is back
+	stopLoad()
+	cv.wait(convergeTimeout, l, 0, 1, 2)
+	events, tasks := l.count()
+	t.Logf("%d events on %d keys from A and B during the rotation: every node holds every winner", events, tasks)
+	for i := range 3 {
+		if got := mustMetric(t, c.node(i), "fanout_peer_tls_reload_failures_total"); got != 0 {
+			t.Errorf("node %s found unusable files %v times", c.node(i).spec.ID, got)
 		}
-	}
-	if got := mustMetric(t, c.node(0), "fanout_peer_tls_reload_failures_total"); got != 0 {
-		t.Errorf("A found unusable files %v times", got)
 	}
 
 	// A certificate of the old CA no longer gets in.
