@@ -46,7 +46,7 @@ func sampleStatus() *fanoutv1.GetStatusResponse {
 				Accepted: 40, Succeeded: 37, Overridden: 3, Overflow: 1, Expired: 2, Permanent: 4, Pending: 5,
 				Sync: &fanoutv1.SyncStatus{Rounds: 3, LastSuccess: timestamppb.New(now.Add(-12 * time.Second)), LastDuration: durationpb.New(3 * time.Millisecond)}},
 			{Address: "10.0.0.3:7071", Breaker: "open", Transient: 9,
-				LastError: &fanoutv1.PeerError{Class: "TRANSIENT", Message: "dial tcp 10.0.0.3:7071: connection refused", At: timestamppb.New(now.Add(-2 * time.Second))}},
+				LastError: &fanoutv1.PeerError{Class: "network", Message: "dial tcp 10.0.0.3:7071: connection refused", At: timestamppb.New(now.Add(-2 * time.Second))}},
 		},
 	}
 }
@@ -60,7 +60,7 @@ func TestStatusOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a", "ready yes", "SENT", "DROPPED", "fanout-1.fanout.pr…:7071", "transient 2s ago", "connection refused"} {
+	for _, want := range []string{"node node-a", "ready yes", "SENT", "DROPPED", "fanout-1.fanout.pr…:7071", "network 2s ago", "connection refused"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("status lacks %q:\n%s", want, table)
 		}
