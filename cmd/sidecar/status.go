@@ -181,7 +181,7 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 			lastErr = fmt.Sprintf("%s %s ago", strings.ToLower(e.GetClass()), age(now, e.GetAt().AsTime()))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", shortAddr(p.GetAddress(), peerColumn), peerNode(p), p.GetBreaker(),
-			p.GetPending(), p.GetInFlight(), p.GetSucceeded(), p.GetOverflow()+p.GetExpired()+p.GetPermanent(), lastErr)
+			p.GetPending(), p.GetInFlight(), p.GetSucceeded()+p.GetStale(), p.GetOverflow()+p.GetExpired()+p.GetPermanent(), lastErr)
 	}
 	tw.Flush()
 	printPeerErrors(w, st, now)

@@ -43,7 +43,7 @@ func sampleStatus() *fanoutv1.GetStatusResponse {
 		State: &fanoutv1.StateStatus{Keys: 12, MaxKeys: 1000000, Revision: 1 << 60},
 		Peers: []*fanoutv1.PeerStatus{
 			{Address: "fanout-1.fanout.prod.svc.cluster.local:7071", NodeId: "fanout-1", Breaker: "closed",
-				Accepted: 40, Succeeded: 37, Overridden: 3, Overflow: 1, Expired: 2, Permanent: 4, Pending: 5,
+				Accepted: 40, Succeeded: 35, Stale: 2, Overridden: 3, Overflow: 1, Expired: 2, Permanent: 4, Pending: 5,
 				Sync: &fanoutv1.SyncStatus{Rounds: 3, LastSuccess: timestamppb.New(now.Add(-12 * time.Second)), LastDuration: durationpb.New(3 * time.Millisecond)}},
 			{Address: "10.0.0.3:7071", Breaker: "open", Transient: 9,
 				LastError: &fanoutv1.PeerError{Class: "network", Message: "dial tcp 10.0.0.3:7071: connection refused", At: timestamppb.New(now.Add(-2 * time.Second))}},

@@ -41,7 +41,7 @@ func NewCollector(n *Node) *Collector {
 		events: g("fanout_peer_events_total",
 			"Events queued for a peer, by what happened to them: accepted (queued), overridden (replaced by a newer event "+
 				"of the same task_id before it was sent), overflow (evicted from a full queue, --max-buffer), expired (past "+
-				"its ttl), replayed (sent again after a failed call), succeeded (the peer answered OK or STALE), congestion, "+
+				"its ttl), replayed (sent again after a failed call), succeeded (the peer answered OK), congestion, "+
 				"transient and permanent (in a call that failed so), stale (the peer held newer).", with("kind")...),
 		queue: g("fanout_peer_queue_events",
 			"Events waiting for a peer, by queue: acceptor (handed over, not yet sorted), reprocess (to retry), "+
