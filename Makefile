@@ -25,7 +25,8 @@ demo: build
 ## and every test (unit, handler, fuzz seeds, end-to-end) with the race detector
 test: fmt-check vet lint check-generated deps unit
 
-## deps: install the test tools Go does not bring (promtool, Python's grpc), if missing
+## deps: install the test tools Go does not bring (promtool, Python's grpc, Node.js and
+## examples/node's packages by npm ci), if missing or stale
 deps:
 	bash test/deps.sh
 

@@ -52,6 +52,6 @@ printf '"heap_alloc_mib":%d,"heap_inuse_mib":%d,"heap_sys_mib":%d,"heap_released
   $(( $(metric go_memstats_heap_sys_bytes) >> 20 )) $(( $(metric go_memstats_heap_released_bytes) >> 20 )) \
   "$(metric go_memstats_heap_objects)" $(( $(metric go_memstats_next_gc_bytes) >> 20 ))
 printf '"state_keys":%d,"state_bytes_mib":%d,"state_arena_mib":%d,"heap_profile":"%s"}\n' \
-  "$(metric 'fanout_state{gauge="keys"}')" $(( $(metric 'fanout_state{gauge="bytes"}') >> 20 )) \
-  $(( $(metric 'fanout_state{gauge="arena_bytes"}') >> 20 )) "$heap"
+  "$(metric fanout_state_keys)" $(( $(metric fanout_state_bytes) >> 20 )) \
+  $(( $(metric fanout_state_arena_bytes) >> 20 )) "$heap"
 } | tee -a "$OUT/state-memory.jsonl"

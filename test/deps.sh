@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond Go, if it is missing, and says what it does:
-#   - promtool (Debian's prometheus package): checks a live node's /metrics;
+#   - Debian's prometheus package: promtool checks a live node's /metrics, and a real
+#     Prometheus runs every query of the Grafana dashboard (deploy/grafana);
 #   - python3-grpcio and python3-grpc-tools (Debian's, for /usr/bin/python3): the
-#     Python client example runs against a real cluster.
+#     Python client example (examples/python) runs against a real cluster;
+#   - Node.js and npm (Debian's nodejs and npm, only if there is no node or npm at
+#     all), and examples/node's packages (@grpc/grpc-js, @grpc/proto-loader) by
+#     `npm ci` from its package-lock.json: the Node.js client example runs too.
 # Debian packages need root (or sudo); without either it prints the command to run and
 # fails, so a test never skips for want of a tool.
 set -euo pipefail
@@ -12,6 +16,8 @@ missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
 /usr/bin/python3 -c 'import grpc' 2>/dev/null || missing+=(python3-grpcio)
 /usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || missing+=(python3-grpc-tools)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test/deps.sh: installing Debian packages: ${missing[*]}"
@@ -24,6 +30,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo=(sudo)
   fi
   "${sudo[@]}" apt-get update -q
-  # --no-install-recommends: promtool is all we need of prometheus, not its web assets.
+  # --no-install-recommends: the prometheus binaries, not its web assets or exporters.
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# examples/node's packages, exactly as its package-lock.json pins them. npm ci starts
+# from an empty node_modules, so it runs only when node_modules is missing or was
+# installed from another package.json or lock file: the stamp holds their hash and is
+# written after npm ci succeeded.
+node_dir=examples/node
+want=$(cat "$node_dir/package.json" "$node_dir/package-lock.json" | sha256sum | cut -d' ' -f1)
+stamp=$node_dir/node_modules/.fanout-deps.sha256
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "test/deps.sh: npm ci in $node_dir (node_modules missing or stale)"
+  (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund)
+  echo "$want" >"$stamp"
 fi

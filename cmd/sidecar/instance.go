@@ -14,16 +14,23 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -45,6 +52,7 @@ type instanceConfig struct {
 	// the operator, so a data dir saved with another id is an error.
 	dataDir     string
 	nodeIDGiven bool
+	security    securityOptions
 }
 
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
@@ -54,7 +62,9 @@ type instance struct {
 	appHealth  *health.Server
 	peerHealth *health.Server
 	admin      *http.Server
-	store      *store.Store // --data-dir; nil without one
+	store      *store.Store    // --data-dir; nil without one
+	peerTLS    *peertls.Source // --peer-tls-*; nil: plaintext peers
+	token      *apptoken.Token // --app-token-file; nil: apps need none
 	log        *slog.Logger
 	appAddr    string
 	peerAddr   string
@@ -64,49 +74,82 @@ type instance struct {
 func startInstance(c instanceConfig) (*instance, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srvMetrics := grpcprom.NewServerMetrics()
-	cliMetrics := grpcprom.NewClientMetrics()
+	// Handling-time histograms: every RPC's latency by service and method, on the
+	// same buckets as the node's own latencies.
+	buckets := grpcprom.WithHistogramBuckets(fanout.LatencyBuckets())
+	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(buckets))
+	cliMetrics := grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(buckets))
 	reg.MustRegister(srvMetrics, cliMetrics, buildInfoGauge(buildInfo()))
 
 	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)
 	c.node.Logger = c.log
-	c.node.Dial = func(addr string) (fanout.Replicator, error) {
-		return peers.Dial(addr, peers.Options{
-			MaxMessageBytes: c.node.Limits.MaxMessageBytes(c.node.Batcher.MaxBatch),
-			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
-		})
-	}
-	appLis, peerLis, err := c.listeners()
+	mode, err := c.security.socketMode()
 	if err != nil {
+		return nil, err
+	}
+	appLis, peerLis, err := c.listeners(mode)
+	if err != nil {
+		return nil, err
+	}
+	// undo releases what was opened so far when a later step fails.
+	undo := []func(){func() { appLis.Close() }, func() { peerLis.Close() }}
+	fail := func(err error) (*instance, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 		return nil, err
 	}
 	var st *store.Store
 	if c.dataDir != "" {
 		if st, err = openStore(c.dataDir, &c.node, c.nodeIDGiven, c.log); err != nil {
-			appLis.Close()
-			peerLis.Close()
-			return nil, err
+			return fail(err)
 		}
+		undo = append(undo, func() { st.Close() })
 		c.node.Store = st
+	}
+	// After the store: the node id may come from the data dir.
+	peerTLS, err := c.security.openPeerTLS(c.node.NodeID, c.log)
+	if err != nil {
+		return fail(err)
+	}
+	token, err := c.security.openAppToken(c.log)
+	if err != nil {
+		return fail(err)
+	}
+	var appAuth auth.AuthFunc
+	if token != nil {
+		undo = append(undo, token.Close)
+		appAuth = token.Check
+	}
+	peerCreds := insecure.NewCredentials()
+	if peerTLS != nil {
+		undo = append(undo, peerTLS.Close)
+		peerCreds = peerTLS.ServerCredentials()
+		reg.MustRegister(peerTLSMetrics(peerTLS)...)
+		c.node.CallerIDs = peertls.Caller
+	}
+	c.node.Dial = func(addr string) (fanout.Replicator, error) {
+		opts := peers.Options{
+			MaxMessageBytes: c.node.Limits.MaxMessageBytes(c.node.Batcher.MaxBatch),
+			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
+		}
+		if peerTLS != nil {
+			opts.Creds = peerTLS.ClientCredentials()
+		}
+		return peers.Dial(addr, opts)
 	}
 	node, err := fanout.New(c.node)
 	if err != nil {
-		appLis.Close()
-		peerLis.Close()
-		if st != nil {
-			st.Close()
-		}
-		return nil, err
+		return fail(err)
 	}
 	reg.MustRegister(fanout.NewCollector(node))
 
-	inst := &instance{node: node, store: st, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
-	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
+	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
+	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg, insecure.NewCredentials(), appAuth)
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
-	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg)
+	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg, peerCreds, nil)
 	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
-	reflection.Register(inst.app)
-	reflection.Register(inst.peer)
+	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
 	srvMetrics.InitializeMetrics(inst.peer)
 
@@ -134,7 +177,17 @@ func startInstance(c instanceConfig) (*instance, error) {
 	}
 	c.log.Info("sidecar started", "node_id", node.ID(), "app_addr", inst.appAddr, "peer_addr", inst.peerAddr,
 		"admin_addr", c.adminAddr, "peers", c.node.Peers)
-	c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted", "peer_addr", inst.peerAddr)
+	if token == nil && exposed(inst.appAddr) {
+		c.log.Warn("app listener is reachable from other hosts and takes no token: anyone who can reach it can submit; "+
+			"set --app-token-file, or listen on loopback or a unix socket", "app_addr", inst.appAddr)
+	}
+	if peerTLS == nil {
+		c.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted; "+
+			"set --peer-tls-cert, --peer-tls-key and --peer-tls-ca for mutual TLS", "peer_addr", inst.peerAddr)
+	} else {
+		c.log.Info("peer listener and connections use mutual TLS", "peer_addr", inst.peerAddr,
+			"identities", peerTLS.Identities(), "cert_not_after", peerTLS.NotAfter())
+	}
 	return inst, nil
 }
 
@@ -164,15 +217,29 @@ func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*s
 	return st, nil
 }
 
-func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*grpc.Server, *health.Server) {
+// newGRPCServer makes a listener's gRPC server with its metrics, panic recovery and,
+// if authFn is set, that check on every call but the health service's (Kubernetes'
+// gRPC probes send no metadata).
+func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, creds credentials.TransportCredentials,
+	authFn auth.AuthFunc) (*grpc.Server, *health.Server) {
 	recov := recovery.WithRecoveryHandler(func(p any) error {
 		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
 		return status.Errorf(codes.Internal, "internal error")
 	})
+	unary := []grpc.UnaryServerInterceptor{m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)}
+	stream := []grpc.StreamServerInterceptor{m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)}
+	if authFn != nil {
+		notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+			return c.Service != healthpb.Health_ServiceDesc.ServiceName
+		})
+		unary = append(unary, selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), notHealth))
+		stream = append(stream, selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth))
+	}
 	s := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(maxMsg),
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)),
-		grpc.ChainStreamInterceptor(m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	}, peers.ServerOptions()...)...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
@@ -180,10 +247,16 @@ func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int) (*gr
 }
 
 // listeners opens the app and peer listeners (or takes the given ones).
-func (c instanceConfig) listeners() (net.Listener, net.Listener, error) {
+func (c instanceConfig) listeners(socketMode os.FileMode) (net.Listener, net.Listener, error) {
 	appLis, err := listenOr(c.appLis, c.appAddr, "--app-addr")
 	if err != nil {
 		return nil, nil, err
+	}
+	if path, ok := strings.CutPrefix(listenerAddr(appLis), "unix://"); ok {
+		if err := os.Chmod(path, socketMode); err != nil {
+			appLis.Close()
+			return nil, nil, fmt.Errorf("--app-socket-mode: %w", err)
+		}
 	}
 	peerLis, err := listenOr(c.peerLis, c.peerAddr, "--peer-addr")
 	if err != nil {
@@ -275,6 +348,12 @@ func (inst *instance) shutdown(ctx context.Context) error {
 		inst.admin.Close()
 	}
 	inst.wg.Wait()
+	if inst.peerTLS != nil {
+		inst.peerTLS.Close()
+	}
+	if inst.token != nil {
+		inst.token.Close()
+	}
 	if inst.store != nil {
 		if cerr := inst.store.Close(); cerr != nil {
 			inst.log.Error("closing the data dir", "err", cerr)

@@ -51,7 +51,7 @@ func TestInstanceWiring(t *testing.T) {
 		}
 	}
 	for path, want := range map[string]string{
-		"/metrics":  `fanout_peer_events_total{kind="accepted",peer="127.0.0.1:1"}`,
+		"/metrics":  `fanout_peer_events_total{kind="accepted",peer="127.0.0.1:1",peer_id=""}`,
 		"/metrics#": `fanout_build_info{goversion="go`,
 		"/healthz":  "ok",
 	} {

@@ -30,6 +30,7 @@ type serveOptions struct {
 	memoryNote                   string // what --memory-limit decided, for the startup log
 	dataDir                      string
 	nodeIDGiven                  bool // --node-id or FANOUT_NODE_ID was set
+	security                     securityOptions
 	node                         fanout.Config
 }
 
@@ -79,6 +80,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
 	fs.Uint32Var(&c.Breaker.Probes, "breaker-probes", c.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")
 	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
+	o.security.addFlags(fs)
 }
 
 func newServeCmd() *cobra.Command {
@@ -152,7 +154,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	o.node.Peers = list
 	inst, err := startInstance(instanceConfig{
 		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr,
-		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven,
+		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven, security: o.security,
 	})
 	if err != nil {
 		return forFlags(err)

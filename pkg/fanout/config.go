@@ -61,6 +61,13 @@ type Config struct {
 	// committed to it, and Submit answers once its events are on disk. The caller
 	// opens and closes it (after Close). nil: memory only.
 	Store Store
+
+	// CallerIDs returns the node identities of the peer that made the call in ctx,
+	// authenticated by the peer listener (mutual TLS), and ok false if the call was
+	// not authenticated. With it, a Replicate whose origin_node is not among its
+	// caller's identities is refused (PERMISSION_DENIED): a peer writes only as
+	// itself. nil: peers are not authenticated (plaintext), and every origin is taken.
+	CallerIDs func(ctx context.Context) (ids []string, ok bool)
 	// State bounds the state table (state.DefaultConfig gives the reasons).
 	// FirstRevision and Collected are set by the Node.
 	State state.Config

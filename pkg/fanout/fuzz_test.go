@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"unicode/utf8"
@@ -58,7 +59,7 @@ func FuzzReplicateBytes(f *testing.F) {
 	}
 	defer n.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		resp, err := n.replicateFrame(&peers.Frame{B: data})
+		resp, err := n.replicateFrame(context.Background(), &peers.Frame{B: data})
 		if err != nil {
 			if s, ok := status.FromError(toStatus(err)); !ok || s.Code() != codes.InvalidArgument {
 				t.Fatalf("error %v is not INVALID_ARGUMENT", err)

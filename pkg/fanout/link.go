@@ -12,6 +12,7 @@ import (
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -27,7 +28,10 @@ type link struct {
 	isSelf atomic.Bool            // the peer answered with our own node id
 	sync   syncStats              // anti-entropy rounds with this peer (sync.go)
 	err    peerError              // the latest failed Replicate
-	once   sync.Once
+	// rtt is the duration of each Replicate call made (not those the breaker
+	// refused), answered or failed, for /metrics.
+	rtt  prometheus.Histogram
+	once sync.Once
 }
 
 // peerError is a link's latest failed Replicate call, for GetStatus, and the state of
@@ -96,7 +100,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}
-	l := &link{addr: addr, node: n, conn: conn}
+	l := &link{addr: addr, node: n, conn: conn, rtt: newHistogram(latencyBuckets)}
 	if l.br, err = n.newBreaker(addr); err != nil {
 		conn.Close()
 		return nil, err
@@ -154,8 +158,10 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event
 	defer cancel()
 	var resp *fanoutv1.ReplicateResponse
 	err := l.br.Do(func() error {
+		start := time.Now()
 		var err error
 		resp, err = l.conn.Replicate(ctx, req)
+		l.rtt.Observe(time.Since(start).Seconds())
 		return err
 	})
 	if err != nil {

@@ -5,119 +5,174 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collector exposes the node's counters and gauges to Prometheus. It reads the
-// batchers' Stats at scrape time, so the hot path pays nothing for metrics.
+// Collector exposes the node's counters, gauges and latency histograms to
+// Prometheus. It reads them at scrape time (the batchers' Stats, the table's, the
+// histograms the node and its links observe into), so the hot path pays only for
+// an atomic add or a lock-free Observe.
+//
+// Every per-peer series is labelled peer (the address in --peers) and peer_id (the
+// peer's node id, "" until its first answer). The names of outcomes are the API's:
+// the batcher's counters as in PeerStatus, received events as ItemStatus, submitted
+// ones as EventOutcome.
 type Collector struct {
-	node       *Node
-	events     *prometheus.Desc
-	queue      *prometheus.Desc
-	breaker    *prometheus.Desc
-	state      *prometheus.Desc
-	stateOps   *prometheus.Desc
-	subs       *prometheus.Desc
-	delivered  *prometheus.Desc
-	peersTotal *prometheus.Desc
-	syncRounds *prometheus.Desc
-	syncKeys   *prometheus.Desc
-	syncBytes  *prometheus.Desc
-	syncLast   *prometheus.Desc
-	syncDur    *prometheus.Desc
-	ready      *prometheus.Desc
-	disk       *prometheus.Desc
-	diskLag    *prometheus.Desc
-	diskCommit *prometheus.Desc
+	node *Node
+	d    descs
+}
+
+type descs struct {
+	peers, events, queue, idle, breaker, rtt                                   *prometheus.Desc
+	syncRounds, syncKeys, syncBytes, syncLast, syncDur                         *prometheus.Desc
+	submitted, received, lag, ackWait, refused                                 *prometheus.Desc
+	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
+	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
 
 // NewCollector returns a collector for n; register it on the caller's registry.
 func NewCollector(n *Node) *Collector {
-	peer := []string{"peer"}
-	return &Collector{
-		node: n,
-		events: prometheus.NewDesc("fanout_peer_events_total",
-			"Events per peer batcher by what happened to them (SPEC §4 counters).", []string{"peer", "kind"}, nil),
-		queue: prometheus.NewDesc("fanout_peer_queue_events",
-			"Events per peer batcher by where they wait (SPEC §4 gauges); idle_workers counts workers.", []string{"peer", "queue"}, nil),
-		breaker: prometheus.NewDesc("fanout_peer_breaker_state",
-			"1 for the peer's current circuit-breaker state.", []string{"peer", "state"}, nil),
-		state: prometheus.NewDesc("fanout_state",
-			"The state table: keys and bytes (tombstones included) against their bounds, tombstones, the latest and the compacted revision.", []string{"gauge"}, nil),
-		stateOps: prometheus.NewDesc("fanout_state_writes_total",
-			"Writes the state table did not apply (refused at a bound, stale), and tombstones collected.", []string{"kind"}, nil),
-		subs:       prometheus.NewDesc("fanout_subscribers", "Open Subscribe streams.", nil, nil),
-		delivered:  prometheus.NewDesc("fanout_delivered_events_total", "Events sent on Subscribe streams.", nil, nil),
-		peersTotal: prometheus.NewDesc("fanout_peers", "Peers this node replicates to.", peer, nil),
-		syncRounds: prometheus.NewDesc("fanout_sync_rounds_total",
-			"Anti-entropy rounds this node called, by result: in_sync, repaired, failed.", []string{"peer", "result"}, nil),
-		syncKeys: prometheus.NewDesc("fanout_sync_keys_repaired_total",
-			"Entries anti-entropy stored: pulled (from the peer, here) and pushed (from here, at the peer).", []string{"peer", "direction"}, nil),
-		syncBytes: prometheus.NewDesc("fanout_sync_bytes_total",
-			"Bytes of anti-entropy rounds (protobuf sizes): digest (the hash tree walk) and all.", []string{"peer", "kind"}, nil),
-		syncLast: prometheus.NewDesc("fanout_sync_last_success_timestamp_seconds",
-			"When the last anti-entropy round with the peer that completed ended.", peer, nil),
-		syncDur: prometheus.NewDesc("fanout_sync_last_duration_seconds",
-			"How long the last completed anti-entropy round with the peer took.", peer, nil),
-		ready: prometheus.NewDesc("fanout_ready",
-			"1 when the named health service fanout.v1.FanoutService is SERVING (bootstrap ended, not draining).", nil, nil),
-		disk: prometheus.NewDesc("fanout_data_dir_total",
-			"With --data-dir: commits (each one fsync), records written, tombstones deleted, failed commits.", []string{"kind"}, nil),
-		diskLag: prometheus.NewDesc("fanout_data_dir_lag_revisions",
-			"With --data-dir: state table revisions not yet on disk (0 when idle; growing: the disk is slower than the writes, or failing).", nil, nil),
-		diskCommit: prometheus.NewDesc("fanout_data_dir_last_commit_seconds",
-			"With --data-dir: how long the last commit took, its fsync included.", nil, nil),
+	peer := []string{"peer", "peer_id"}
+	with := func(l ...string) []string { return append(append([]string(nil), peer...), l...) }
+	g := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
 	}
+	return &Collector{node: n, d: descs{
+		peers: g("fanout_peers", "1 per peer this node replicates to; peer_id is its node id once it has answered.", peer...),
+		events: g("fanout_peer_events_total",
+			"Events queued for a peer, by what happened to them: accepted (queued), overridden (replaced by a newer event "+
+				"of the same task_id before it was sent), overflow (evicted from a full queue, --max-buffer), expired (past "+
+				"its ttl), replayed (sent again after a failed call), succeeded (the peer answered OK or STALE), congestion, "+
+				"transient and permanent (in a call that failed so), stale (the peer held newer).", with("kind")...),
+		queue: g("fanout_peer_queue_events",
+			"Events waiting for a peer, by queue: acceptor (handed over, not yet sorted), reprocess (to retry), "+
+				"pending (waiting for a worker), in_flight (in a Replicate call).", with("queue")...),
+		idle:    g("fanout_peer_idle_workers", "Workers of a peer's batcher not in a Replicate call (of --workers).", peer...),
+		breaker: g("fanout_peer_breaker_state", "1 for the peer's current circuit-breaker state: closed, open or half-open.", with("state")...),
+		rtt: g("fanout_peer_replicate_duration_seconds",
+			"Duration of each Replicate call to the peer, answered or failed (a call past --replicate-timeout fails).", peer...),
+		syncRounds: g("fanout_sync_rounds_total",
+			"Anti-entropy rounds this node called, by result: in_sync, repaired, failed.", with("result")...),
+		syncKeys: g("fanout_sync_keys_repaired_total",
+			"Entries anti-entropy stored: pulled (from the peer, here) and pushed (from here, at the peer).", with("direction")...),
+		syncBytes: g("fanout_sync_bytes_total",
+			"Bytes of anti-entropy rounds (protobuf sizes): digest (the hash tree walk) and all.", with("kind")...),
+		syncLast: g("fanout_sync_last_success_timestamp_seconds",
+			"When the last anti-entropy round with the peer that completed ended.", peer...),
+		syncDur: g("fanout_sync_last_duration_seconds", "How long the last completed anti-entropy round with the peer took.", peer...),
+		submitted: g("fanout_submitted_events_total",
+			"Events the local app submitted, by outcome: accepted, stale (the node held a newer version), refused (the state table is full).", "outcome"),
+		received: g("fanout_received_events_total",
+			"Events received from peers by Replicate, by origin (the sender's node id; \"\" for the origins past the first 64) "+
+				"and outcome: ok (stored), stale (the node held newer), busy (the state table is full; the peer retries), invalid.", "origin", "outcome"),
+		lag: g("fanout_receive_lag_seconds",
+			"Time from Submit at the origin to arrival here, per received event (clock skew between the hosts included; "+
+				"a negative lag counts as 0).", "origin"),
+		ackWait: g("fanout_ack_wait_seconds",
+			"How long a Submit with ack ONE, QUORUM or ALL waited for its peers, by policy and by whether it was satisfied.", "policy", "satisfied"),
+		refused: g("fanout_peer_calls_refused_total",
+			"Replicate calls refused with peers authenticated (mutual TLS), by reason: unauthenticated (no client certificate), "+
+				"origin (origin_node is not the caller's node id).", "reason"),
+		keys:       g("fanout_state_keys", "Keys in the state table, tombstones included."),
+		keysLimit:  g("fanout_state_keys_limit", "The bound on keys: --state-max-keys."),
+		bytes:      g("fanout_state_bytes", "Event bytes in the state table, tombstones included."),
+		bytesLimit: g("fanout_state_bytes_limit", "The bound on event bytes: --state-max-bytes."),
+		arena:      g("fanout_state_arena_bytes", "Bytes the state table's arenas hold, live and garbage."),
+		tombstones: g("fanout_state_tombstones", "Deleted keys still remembered (for --tombstone-ttl)."),
+		revision:   g("fanout_state_revision", "The state table's latest revision."),
+		compacted:  g("fanout_state_compacted_revision", "The oldest revision a watch can resume after."),
+		stateOps: g("fanout_state_writes_total",
+			"Writes the state table did not apply (refused at a bound, stale), and tombstones collected.", "kind"),
+		subs:      g("fanout_subscribers", "Open Subscribe streams."),
+		delivered: g("fanout_delivered_events_total", "Events sent on Subscribe streams."),
+		ready: g("fanout_ready",
+			"1 when the named health service fanout.v1.FanoutService is SERVING (bootstrap ended, not draining)."),
+		disk: g("fanout_data_dir_total",
+			"With --data-dir: commits (each one fsync), records written, tombstones deleted, failed commits.", "kind"),
+		diskLag: g("fanout_data_dir_lag_revisions",
+			"With --data-dir: state table revisions not yet on disk (0 when idle; growing: the disk is slower than the writes, or failing)."),
+		diskCommit: g("fanout_data_dir_last_commit_seconds", "With --data-dir: how long the last commit took, its fsync included."),
+	}}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.queue, c.breaker, c.state, c.stateOps, c.subs, c.delivered, c.peersTotal,
-		c.syncRounds, c.syncKeys, c.syncBytes, c.syncLast, c.syncDur, c.ready, c.disk, c.diskLag, c.diskCommit} {
-		ch <- d
+	d := &c.d
+	for _, x := range []*prometheus.Desc{d.peers, d.events, d.queue, d.idle, d.breaker, d.rtt,
+		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused,
+		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
+		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
+		ch <- x
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, l := range *c.node.links.Load() {
+	d, n := &c.d, c.node
+	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	for _, l := range *n.links.Load() {
+		addr, id := l.addr, l.peerNodeID()
 		st := l.b.Stats()
+		gauge(d.peers, 1, addr, id)
 		for _, kv := range counters(st) {
-			ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(kv.v), l.addr, kv.k)
+			counter(d.events, kv.v, addr, id, kv.k)
 		}
 		for _, kv := range gauges(st) {
-			ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(kv.v), l.addr, kv.k)
+			gauge(d.queue, float64(kv.v), addr, id, kv.k)
 		}
-		ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, 1, l.addr, l.br.State().String())
-		ch <- prometheus.MustNewConstMetric(c.peersTotal, prometheus.GaugeValue, 1, l.addr)
-		c.collectSync(ch, l)
+		gauge(d.idle, float64(st.IdleWorkers), addr, id)
+		gauge(d.breaker, 1, addr, id, l.br.State().String())
+		ch <- constHistogram(d.rtt, l.rtt, addr, id)
+		c.collectSync(ch, l, id)
 	}
+
+	for i, name := range subOutcomeNames {
+		counter(d.submitted, n.submitted[i].Load(), name)
+	}
+	for origin, o := range n.received.snapshot() {
+		for i, name := range recvOutcomeNames {
+			counter(d.received, o.outcomes[i].Load(), origin, name)
+		}
+		ch <- constHistogram(d.lag, o.lag, origin)
+	}
+	counter(d.refused, n.refused.unauthenticated.Load(), "unauthenticated")
+	counter(d.refused, n.refused.origin.Load(), "origin")
+	for _, p := range ackPolicies {
+		ch <- constHistogram(d.ackWait, n.ackWait.h[p][0], ackPolicyName(p), "false")
+		ch <- constHistogram(d.ackWait, n.ackWait.h[p][1], ackPolicyName(p), "true")
+	}
+
 	ready := 0.0
-	if ok, _ := c.node.Readiness(); ok {
+	if ok, _ := n.Readiness(); ok {
 		ready = 1
 	}
-	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
-	st, bounds := c.node.table.Stats(), c.node.cfg.State
-	for _, g := range []kv{
-		{"keys", uint64(st.Keys)}, {"max_keys", uint64(bounds.MaxKeys)},
-		{"bytes", uint64(st.Bytes)}, {"max_bytes", uint64(bounds.MaxBytes)},
-		{"arena_bytes", uint64(st.ArenaBytes)}, {"tombstones", uint64(st.Tombstones)},
-		{"revision", st.Revision}, {"compacted_revision", st.Compacted},
-	} {
-		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, float64(g.v), g.k)
-	}
+	gauge(d.ready, ready)
+	st, bounds := n.table.Stats(), n.cfg.State
+	gauge(d.keys, float64(st.Keys))
+	gauge(d.keysLimit, float64(bounds.MaxKeys))
+	gauge(d.bytes, float64(st.Bytes))
+	gauge(d.bytesLimit, float64(bounds.MaxBytes))
+	gauge(d.arena, float64(st.ArenaBytes))
+	gauge(d.tombstones, float64(st.Tombstones))
+	gauge(d.revision, float64(st.Revision))
+	gauge(d.compacted, float64(st.Compacted))
 	for _, k := range []kv{{"refused", st.Refused}, {"stale", st.StaleSeen}, {"collected", st.Collected}} {
-		ch <- prometheus.MustNewConstMetric(c.stateOps, prometheus.CounterValue, float64(k.v), k.k)
+		counter(d.stateOps, k.v, k.k)
 	}
-	if p := c.node.persist; p != nil {
+	if p := n.persist; p != nil {
 		ps := p.stats()
 		for _, k := range []kv{{"commits", ps.Commits}, {"records", ps.Records}, {"deletes", ps.Deletes}, {"failures", ps.Failures}} {
-			ch <- prometheus.MustNewConstMetric(c.disk, prometheus.CounterValue, float64(k.v), k.k)
+			counter(d.disk, k.v, k.k)
 		}
-		ch <- prometheus.MustNewConstMetric(c.diskLag, prometheus.GaugeValue, float64(ps.Latest-min(ps.Latest, ps.Durable)))
-		ch <- prometheus.MustNewConstMetric(c.diskCommit, prometheus.GaugeValue, ps.LastCommit.Seconds())
+		gauge(d.diskLag, float64(ps.Latest-min(ps.Latest, ps.Durable)))
+		gauge(d.diskCommit, ps.LastCommit.Seconds())
 	}
-	ch <- prometheus.MustNewConstMetric(c.subs, prometheus.GaugeValue, float64(c.node.subscribers.Load()))
-	ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(c.node.delivered.Load()))
+	gauge(d.subs, float64(n.subscribers.Load()))
+	counter(d.delivered, n.delivered.Load())
 }
 
 type kv struct {
@@ -125,6 +180,7 @@ type kv struct {
 	v uint64
 }
 
+// counters are the batcher's counters under the names of PeerStatus.
 func counters(s batcher.Stats) []kv {
 	return []kv{
 		{"accepted", s.Accepted}, {"overridden", s.Overridden}, {"overflow", s.Overflow},
@@ -134,26 +190,27 @@ func counters(s batcher.Stats) []kv {
 	}
 }
 
+// gauges are the batcher's queues, in events.
 func gauges(s batcher.Stats) []kv {
 	return []kv{
 		{"acceptor", s.AcceptorQueue}, {"reprocess", s.ReprocessQueue}, {"pending", s.Pending},
-		{"in_flight", s.InFlight}, {"idle_workers", s.IdleWorkers},
+		{"in_flight", s.InFlight},
 	}
 }
 
-func (c *Collector) collectSync(ch chan<- prometheus.Metric, l *link) {
-	s := &l.sync
+func (c *Collector) collectSync(ch chan<- prometheus.Metric, l *link, id string) {
+	d, s := &c.d, &l.sync
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range []kv{{"in_sync", s.inSync}, {"repaired", s.repaired}, {"failed", s.errs}} {
-		ch <- prometheus.MustNewConstMetric(c.syncRounds, prometheus.CounterValue, float64(k.v), l.addr, k.k)
+		ch <- prometheus.MustNewConstMetric(d.syncRounds, prometheus.CounterValue, float64(k.v), l.addr, id, k.k)
 	}
-	ch <- prometheus.MustNewConstMetric(c.syncKeys, prometheus.CounterValue, float64(s.pulled), l.addr, "pulled")
-	ch <- prometheus.MustNewConstMetric(c.syncKeys, prometheus.CounterValue, float64(s.pushed), l.addr, "pushed")
-	ch <- prometheus.MustNewConstMetric(c.syncBytes, prometheus.CounterValue, float64(s.digestBytes), l.addr, "digest")
-	ch <- prometheus.MustNewConstMetric(c.syncBytes, prometheus.CounterValue, float64(s.bytes), l.addr, "all")
+	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pulled), l.addr, id, "pulled")
+	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pushed), l.addr, id, "pushed")
+	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.digestBytes), l.addr, id, "digest")
+	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.bytes), l.addr, id, "all")
 	if !s.lastSuccess.IsZero() {
-		ch <- prometheus.MustNewConstMetric(c.syncLast, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, l.addr)
-		ch <- prometheus.MustNewConstMetric(c.syncDur, prometheus.GaugeValue, s.lastDuration.Seconds(), l.addr)
+		ch <- prometheus.MustNewConstMetric(d.syncLast, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, l.addr, id)
+		ch <- prometheus.MustNewConstMetric(d.syncDur, prometheus.GaugeValue, s.lastDuration.Seconds(), l.addr, id)
 	}
 }

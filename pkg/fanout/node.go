@@ -43,6 +43,13 @@ type Node struct {
 	subscribers atomic.Int64  // open Subscribe streams
 	delivered   atomic.Uint64 // entries sent on Subscribe streams
 
+	// For /metrics (observe.go): submitted events by outcome, received ones by origin
+	// and outcome, and how long ack-waiting Submits waited.
+	submitted [subOutcomes]atomic.Uint64
+	received  receivedStats
+	ackWait   *ackWaits
+	refused   refusals // peer calls authorize refused (auth.go)
+
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
 	wheel    *timingwheel.Wheel
@@ -99,6 +106,7 @@ func New(cfg Config) (*Node, error) {
 		table:    table,
 		persist:  persist,
 		removeCh: make(chan *link, len(cfg.Peers)),
+		ackWait:  newAckWaits(),
 	}
 	n.readiness.done = make(chan struct{})
 	if n.syncer, err = n.newSyncer(); err != nil {
@@ -324,6 +332,7 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 	op.Init(op, n.ackDeadline(ctx, req))
 	keys := n.acks.register(op, tasks)
 	defer n.acks.unregister(op, keys)
+	start := n.cfg.Now()
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
 		n.purg.Cancel(op)
@@ -343,6 +352,7 @@ func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, l
 		return nil, ErrClosed
 	}
 	resp.PeerAcks, resp.Satisfied = op.result()
+	n.ackWait.observe(req.GetAck(), resp.Satisfied, n.cfg.Now().Sub(start))
 	return resp, nil
 }
 
@@ -382,6 +392,14 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 	resp.Versions = make([]uint64, len(events))
 	resp.Results = make([]*fanoutv1.EventResult, len(events))
 	var buf []byte
+	var counts [subOutcomes]uint64 // added once per request: the atomics are shared
+	defer func() {
+		for i, c := range counts {
+			if c > 0 {
+				n.submitted[i].Add(c)
+			}
+		}
+	}()
 	for i, ev := range events {
 		if ev.Version == 0 {
 			ev.Version = next + uint64(i)
@@ -402,6 +420,7 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 			Stamp: state.Stamp{Version: ev.Version, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: ev.Deleted,
 		}, now)
 		resp.Results[i] = n.eventResult(res)
+		counts[submittedOutcome(res.Outcome)]++
 		if res.Outcome == state.Applied {
 			tasks = append(tasks, batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)})
 		}
@@ -450,13 +469,13 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(&peers.Frame{B: b})
+	return n.replicateFrame(ctx, &peers.Frame{B: b})
 }
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
@@ -467,12 +486,23 @@ func (n *Node) replicateFrame(f *peers.Frame) (*fanoutv1.ReplicateResponse, erro
 	if err := n.validateReplicate(&req); err != nil {
 		return nil, err
 	}
+	if err := n.authorize(ctx, req.origin); err != nil {
+		return nil, err
+	}
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
 	now := n.cfg.Now()
 	limit := maxVersion(now, maxPeerAhead)
+	from := n.received.of(req.origin)
+	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.events {
-		resp.Statuses[i] = n.admit(i, raw, &req, now, limit)
+		st := n.admit(i, raw, &req, now, limit)
+		resp.Statuses[i] = st
+		counts[recvOutcome(st)]++
+		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.submitted) > i {
+			from.observeLag(now, req.submitted[i])
+		}
 	}
+	from.add(&counts)
 	return resp, nil
 }
 

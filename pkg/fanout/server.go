@@ -270,7 +270,7 @@ func replicateHandler(srv any, ctx context.Context, dec func(any) error, interce
 	}
 	p := srv.(*PeerServer)
 	handle := func(ctx context.Context, req any) (any, error) {
-		resp, err := p.node.replicateFrame(req.(*peers.Frame))
+		resp, err := p.node.replicateFrame(ctx, req.(*peers.Frame))
 		return resp, toStatus(err)
 	}
 	if interceptor == nil {
@@ -298,6 +298,10 @@ func toStatus(err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, antientropy.ErrTreeVersion):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ErrUnauthenticated):
+		return status.Error(codes.Unauthenticated, err.Error())
+	case errors.Is(err, ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, ErrCompacted):
 		return status.Error(codes.OutOfRange, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -242,7 +242,11 @@ func (n *node) launch() {
 // within milliseconds, not gRPC's default backoff of a second and more: the harness
 // connects while a process is still starting, or restarting.
 func dialFast(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///"+addr,
+	target := "passthrough:///" + addr
+	if strings.HasPrefix(addr, "unix://") {
+		target = addr // gRPC's own resolver for unix sockets
+	}
+	return grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},

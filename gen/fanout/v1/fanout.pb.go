@@ -1817,7 +1817,8 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\fSubmitStream\x12\x18.fanout.v1.SubmitRequest\x1a\x19.fanout.v1.SubmitResponse(\x010\x01\x12H\n" +
 	"\tSubscribe\x12\x1b.fanout.v1.SubscribeRequest\x1a\x1c.fanout.v1.SubscribeResponse0\x01\x124\n" +
 	"\x03Get\x12\x15.fanout.v1.GetRequest\x1a\x16.fanout.v1.GetResponse\x12F\n" +
-	"\tGetStatus\x12\x1b.fanout.v1.GetStatusRequest\x1a\x1c.fanout.v1.GetStatusResponseB1Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1b\x06proto3"
+	"\tGetStatus\x12\x1b.fanout.v1.GetStatusRequest\x1a\x1c.fanout.v1.GetStatusResponseBm\n" +
+	"\x13io.github.fanout.v1B\vFanoutProtoP\x01Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1\xaa\x02\tFanout.V1\xca\x02\tFanout\\V1b\x06proto3"
 
 var (
 	file_fanout_v1_fanout_proto_rawDescOnce sync.Once

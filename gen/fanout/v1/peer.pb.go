@@ -752,7 +752,8 @@ const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\tReplicate\x12\x1b.fanout.v1.ReplicateRequest\x1a\x1c.fanout.v1.ReplicateResponse\x12=\n" +
 	"\x06Digest\x12\x18.fanout.v1.DigestRequest\x1a\x19.fanout.v1.DigestResponse\x129\n" +
 	"\x04Pull\x12\x16.fanout.v1.PullRequest\x1a\x17.fanout.v1.PullResponse0\x01\x127\n" +
-	"\x04Push\x12\x16.fanout.v1.PushRequest\x1a\x17.fanout.v1.PushResponseB1Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1b\x06proto3"
+	"\x04Push\x12\x16.fanout.v1.PushRequest\x1a\x17.fanout.v1.PushResponseBk\n" +
+	"\x13io.github.fanout.v1B\tPeerProtoP\x01Z/github.com/fanout/fanout/gen/fanout/v1;fanoutv1\xaa\x02\tFanout.V1\xca\x02\tFanout\\V1b\x06proto3"
 
 var (
 	file_fanout_v1_peer_proto_rawDescOnce sync.Once

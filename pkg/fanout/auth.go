@@ -1,0 +1,55 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Errors of peer authentication; the gRPC adapters map them to UNAUTHENTICATED and
+// PERMISSION_DENIED.
+var (
+	// ErrUnauthenticated: peers must authenticate (mutual TLS) and this call did not.
+	ErrUnauthenticated = errors.New("fanout: peer not authenticated")
+	// ErrForbidden: the caller wrote as another node than itself.
+	ErrForbidden = errors.New("fanout: origin is not the caller")
+)
+
+// refusals counts the peer calls authorize refused, for /metrics, and spaces the
+// WARN lines about them.
+type refusals struct {
+	unauthenticated, origin atomic.Uint64
+	lastLog                 atomic.Int64 // unix nanos of the last WARN line
+}
+
+// refusalLogEvery spaces the WARN lines: a misconfigured or hostile peer retries.
+const refusalLogEvery = 10 * time.Second
+
+// authorize checks, with peers authenticated (Config.CallerIDs), that the caller in
+// ctx is origin: a peer writes only as itself.
+func (n *Node) authorize(ctx context.Context, origin string) error {
+	if n.cfg.CallerIDs == nil {
+		return nil
+	}
+	ids, ok := n.cfg.CallerIDs(ctx)
+	var err error
+	switch {
+	case !ok:
+		n.refused.unauthenticated.Add(1)
+		err = fmt.Errorf("%w: the peer listener requires a client certificate", ErrUnauthenticated)
+	case !slices.Contains(ids, origin):
+		n.refused.origin.Add(1)
+		err = fmt.Errorf("%w: origin_node %q, but the caller's certificate names %q", ErrForbidden, origin, ids)
+	default:
+		return nil
+	}
+	now := n.cfg.Now().UnixNano()
+	if last := n.refused.lastLog.Load(); now-last >= int64(refusalLogEvery) && n.refused.lastLog.CompareAndSwap(last, now) {
+		n.log.Warn("refused a peer's Replicate", "err", err.Error(),
+			"refused_unauthenticated", n.refused.unauthenticated.Load(), "refused_origin", n.refused.origin.Load())
+	}
+	return err
+}
