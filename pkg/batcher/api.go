@@ -46,8 +46,8 @@ const (
 	// TooLarge (ours): the peer refused the batch as bigger than it accepts (gRPC's
 	// RESOURCE_EXHAUSTED "message larger than max"). Retrying the same batch cannot
 	// help, and it is not congestion: a batch of several tasks is split (handed back,
-	// and the next batches carry at most half as many tasks), and a task refused
-	// alone is dropped as FateTooLarge.
+	// and the next batches carry at most half its bytes), and a task refused alone
+	// is dropped as FateTooLarge.
 	TooLarge
 )
 

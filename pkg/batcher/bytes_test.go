@@ -2,6 +2,8 @@ package batcher
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -195,6 +197,72 @@ func TestCoreSplitRecovers(t *testing.T) {
 		offer(8)
 		if h.c.batchLimit != step.want {
 			t.Fatalf("after %v more: limit %d, want %d", step.advance, h.c.batchLimit, step.want)
+		}
+	}
+}
+
+// TestCoreSplitByBytes: with Size, a split halves the bytes a batch may take, not
+// its tasks: a huge task among small ones ends alone (and dropped), and the small
+// ones still go out several at a time.
+func TestCoreSplitByBytes(t *testing.T) {
+	tooLarge := Result{Class: TooLarge}
+	h := newHarness(t, withBytes(1000, 100))
+	h.offer(tk("huge", 60), tk("a", 5), tk("b", 5), tk("c", 5), tk("d", 5), tk("e", 5), tk("f", 5), tk("g", 5), tk("h", 5))
+	var got [][]string
+	// The peer takes at most 20 bytes: it refuses anything bigger.
+	for step := 0; len(h.out) > 0 || h.c.order.n > 0; step++ {
+		if step > 20 {
+			t.Fatalf("still sending after %d calls: %q", step, got)
+		}
+		got = append(got, h.assign()...)
+		b := h.out[0]
+		if sum(b.sizes) > 20 {
+			h.complete(0, tooLarge)
+		} else {
+			h.ok(0)
+		}
+	}
+	want := [][]string{
+		{"huge:60", "a:5", "b:5", "c:5", "d:5", "e:5", "f:5", "g:5", "h:5"}, // 100 bytes: limit → 50
+		{"huge:60"}, // alone: dropped
+		{"a:5", "b:5", "c:5", "d:5", "e:5", "f:5", "g:5", "h:5"}, // 40 > 20: limit → 20
+		{"a:5", "b:5", "c:5", "d:5"},
+		{"e:5", "f:5", "g:5", "h:5"},
+	}
+	if !equalBatches(got, want) {
+		t.Fatalf("batches\n%q\nwant\n%q", got, want)
+	}
+	if s := h.c.stats(); s.TooLarge != 1 || s.Succeeded != 8 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestCoreTooLargeEnds: a peer that refuses every request as too large, whatever the
+// sizes and limits, gets a bounded number of calls: every task ends refused alone,
+// none is retried forever.
+func TestCoreTooLargeEnds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for run := range 200 {
+		withSize := run%2 == 0
+		h := newHarness(t, func(c *Config[int]) {
+			c.MaxBuffer, c.MaxBatch, c.Workers = 64, 1+rng.IntN(64), 1+rng.IntN(4)
+			if withSize {
+				c.MaxBufferBytes, c.MaxBatchBytes, c.Size = 1<<20, 1+rng.IntN(1000), func(v int) int { return v % 97 }
+			}
+		})
+		n := 1 + rng.IntN(64)
+		for i := range n {
+			h.offer(tk(fmt.Sprint(i), rng.IntN(1000)))
+		}
+		calls := 0
+		for h.assign(); len(h.out) > 0; h.assign() {
+			if calls++; calls > 64*n {
+				t.Fatalf("run %d: %d calls for %d tasks, and still going", run, calls, n)
+			}
+			h.complete(rng.IntN(len(h.out)), Result{Class: TooLarge})
+		}
+		if s := h.c.stats(); s.TooLarge != uint64(n) || s.Pending != 0 {
+			t.Fatalf("run %d: %+v, want all %d tasks too large", run, s, n)
 		}
 	}
 }

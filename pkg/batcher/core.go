@@ -67,12 +67,13 @@ type core[T any] struct {
 	// parkedBytes is the part of bytes that parked holders hold.
 	// Invariant: 0 <= parkedBytes <= bytes.
 	parkedBytes int
-	// batchLimit is the most tasks popBatch takes: maxBatch, halved by each split
-	// (a TooLarge result for a batch of several tasks), doubled back by a success
-	// at least splitRecovery after the last change. Invariant: 1 <= batchLimit <=
-	// maxBatch.
-	batchLimit int
-	// splitAt is when batchLimit last changed; zero: never.
+	// batchBytesLimit and batchLimit are the most bytes and tasks popBatch takes:
+	// maxBatchBytes and maxBatch, lowered by each split (a TooLarge result for a batch
+	// of several tasks, see tooLarge), doubled back by a success at least
+	// splitRecovery after the last change. Invariant: 1 <= batchBytesLimit <=
+	// maxBatchBytes; 1 <= batchLimit <= maxBatch.
+	batchBytesLimit, batchLimit int
+	// splitAt is when the limits last changed; zero: never.
 	splitAt time.Time
 	// reprocess holds tasks handed back by failed sends, in the order they came
 	// back. drainReprocess empties it.
@@ -92,21 +93,22 @@ type core[T any] struct {
 // newCore builds the core of a validated configuration.
 func newCore[T any](cfg *Config[T]) *core[T] {
 	return &core[T]{
-		maxBuffer:      cfg.MaxBuffer,
-		maxBatch:       cfg.MaxBatch,
-		maxBufferBytes: cfg.MaxBufferBytes,
-		maxBatchBytes:  cfg.MaxBatchBytes,
-		size:           cfg.Size,
-		delay:          cfg.MaxBatchingDelay,
-		idleFlush:      cfg.IdleFlush,
-		gate:           cfg.Gate,
-		newer:          cfg.Newer,
-		onFinal:        cfg.OnFinal,
-		log:            rateLog{logger: cfg.Logger, interval: time.Second},
-		splitRecovery:  splitRecovery,
-		ids:            make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
-		idle:           cfg.Workers,
-		batchLimit:     cfg.MaxBatch,
+		maxBuffer:       cfg.MaxBuffer,
+		maxBatch:        cfg.MaxBatch,
+		maxBufferBytes:  cfg.MaxBufferBytes,
+		maxBatchBytes:   cfg.MaxBatchBytes,
+		size:            cfg.Size,
+		delay:           cfg.MaxBatchingDelay,
+		idleFlush:       cfg.IdleFlush,
+		gate:            cfg.Gate,
+		newer:           cfg.Newer,
+		onFinal:         cfg.OnFinal,
+		log:             rateLog{logger: cfg.Logger, interval: time.Second},
+		splitRecovery:   splitRecovery,
+		ids:             make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
+		idle:            cfg.Workers,
+		batchLimit:      cfg.MaxBatch,
+		batchBytesLimit: cfg.MaxBatchBytes,
 		shaper: shaper{
 			congestionDelay: cfg.CongestionRetryDelay,
 			networkDelay:    cfg.NetworkFailureRetryDelay,
@@ -293,7 +295,7 @@ func (c *core[T]) hold(now time.Time) time.Duration {
 }
 
 // due reports whether a batch is due: a full batch is ready (batchLimit tasks, or
-// MaxBatchBytes), or the oldest ready task has waited MaxBatchingDelay (at once when
+// batchBytesLimit bytes), or the oldest ready task has waited MaxBatchingDelay (at once when
 // the delay is 0), or (ours, when IdleFlush > 0) no task has been accepted for
 // IdleFlush: the submissions went quiet, so waiting longer can coalesce nothing more.
 func (c *core[T]) due(now time.Time) bool {
@@ -301,7 +303,7 @@ func (c *core[T]) due(now time.Time) bool {
 	switch {
 	case ready == 0:
 		return false
-	case ready >= c.batchLimit || c.bytes-c.parkedBytes >= c.maxBatchBytes || c.delay <= 0:
+	case ready >= c.batchLimit || c.bytes-c.parkedBytes >= c.batchBytesLimit || c.delay <= 0:
 		return true
 	case c.idleFlush > 0 && now.Sub(c.lastAccept) >= c.idleFlush:
 		return true
@@ -334,7 +336,7 @@ func (c *core[T]) firstReady() *holder[T] {
 
 // popBatch takes up to batchLimit ready holders from the head, dropping expired
 // ones on the way, and stops at the first that would take the batch past
-// MaxBatchBytes; the first is always taken. Parked holders keep their place. It
+// batchBytesLimit; the first is always taken. Parked holders keep their place. It
 // returns nil if all it found had expired.
 func (c *core[T]) popBatch(now time.Time) *batch[T] {
 	b := c.newBatch()
@@ -345,7 +347,7 @@ func (c *core[T]) popBatch(now time.Time) *batch[T] {
 		case h.flying:
 		case expired(&h.task, now):
 			c.expire(h)
-		case len(b.tasks) > 0 && bytes+h.size > c.maxBatchBytes:
+		case len(b.tasks) > 0 && bytes+h.size > c.batchBytesLimit:
 			next = nil // full in bytes
 		default:
 			bytes += h.size
@@ -428,8 +430,11 @@ func (c *core[T]) land(h *holder[T]) {
 
 // tooLarge applies a TooLarge result (ours): a task refused alone is dropped, since
 // no batch can carry it; a batch of several is split: its tasks are handed back, and
-// batchLimit becomes at most half the batch, so that they go out in smaller batches.
-// Each split at least halves the batches, so a batch the peer keeps refusing ends as
+// from now on a batch takes at most half its bytes, or, if Size measured it at under
+// 2 bytes, half its tasks. Halving bytes, not tasks, learns the peer's limit however
+// the sizes mix: one huge task in a batch ends alone and dropped, and the small ones
+// around it still go out many at a time. Each split lowers what a batch of several
+// tasks can be below what was refused, so a batch the peer keeps refusing ends as
 // tasks refused alone: nothing is retried forever. No pause: the peer is not busy.
 func (c *core[T]) tooLarge(b *batch[T], now time.Time) {
 	if len(b.tasks) == 1 {
@@ -438,20 +443,35 @@ func (c *core[T]) tooLarge(b *batch[T], now time.Time) {
 		c.log.noteTask(logTooLarge, b.tasks[0].ID, now, b.result.Err)
 		return
 	}
-	c.batchLimit = max(1, min(c.batchLimit, len(b.tasks)/2))
+	if bytes := sum(b.sizes); bytes >= 2 {
+		c.batchBytesLimit = min(c.batchBytesLimit, bytes/2)
+	} else {
+		c.batchLimit = min(c.batchLimit, len(b.tasks)/2)
+	}
 	c.splitAt = now
 	c.retryAll(b)
-	c.log.note(logSplit, len(b.tasks), now, b.result.Err, slog.Int("batch_limit", c.batchLimit))
+	c.log.note(logSplit, len(b.tasks), now, b.result.Err,
+		slog.Int("batch_bytes_limit", c.batchBytesLimit), slog.Int("batch_limit", c.batchLimit))
 }
 
-// recover doubles batchLimit back towards MaxBatch after a success, once the last
-// change is splitRecovery old: a peer whose limit was raised gets full batches
-// again, and one whose limit stays low refuses one batch per splitRecovery.
+// recover doubles the batch limits back towards MaxBatchBytes and MaxBatch after a
+// success, once the last change is splitRecovery old: a peer whose limit was raised
+// gets full batches again, and one whose limit stays low refuses about one batch per
+// splitRecovery.
 func (c *core[T]) recover(now time.Time) {
-	if c.batchLimit < c.maxBatch && now.Sub(c.splitAt) >= c.splitRecovery {
+	if (c.batchBytesLimit < c.maxBatchBytes || c.batchLimit < c.maxBatch) && now.Sub(c.splitAt) >= c.splitRecovery {
+		c.batchBytesLimit = min(c.maxBatchBytes, 2*c.batchBytesLimit)
 		c.batchLimit = min(c.maxBatch, 2*c.batchLimit)
 		c.splitAt = now
 	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // applyItems applies the per-item outcomes of a successful batch.

@@ -93,11 +93,14 @@ its next batch. Workers never die.
     FatePermanent, logged at a limited rate.
   - TooLarge (ours; the peer refused the request as bigger than it accepts): a
     batch of several tasks is split. Its tasks go to the reprocess queue, with no
-    pause, and from now on a batch takes at most half as many tasks as the refused
-    one. A task refused alone ends as FateTooLarge, logged with its task_id: no
-    batch can carry it. Each split at least halves the batches, so nothing is
-    retried forever. The limit doubles back after a success a minute after it last
-    changed, so a peer whose limit was raised gets full batches again.
+    pause, and from now on a batch takes at most half the refused one's bytes (half
+    its tasks if Size measured it at nothing). A task refused alone ends as
+    FateTooLarge, logged with its task_id: no batch can carry it. Each split lowers
+    what a batch of several can be below what was refused, so nothing is retried
+    forever; halving bytes rather than tasks means one huge task ends alone while
+    the small ones around it still go out together. The limits double back after a
+    success a minute after they last changed, so a peer whose limit was raised gets
+    full batches again.
 
 6. Reprocess. At step 1 of the same round, handed-back tasks go back to the
 front of the processing order, in the order they were sent, while pending has

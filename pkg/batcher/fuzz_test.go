@@ -153,8 +153,9 @@ func (fz *fuzzRun) assign() string {
 		if len(b.tasks) == 0 || len(b.tasks) > fz.h.c.batchLimit {
 			fz.h.tb.Fatalf("batch of %d tasks, batch limit %d (MaxBatch %d)", len(b.tasks), fz.h.c.batchLimit, fz.h.c.maxBatch)
 		}
-		if bytes := fz.m.bytes(b.tasks); len(b.tasks) > 1 && bytes > fz.h.c.maxBatchBytes {
-			fz.h.tb.Fatalf("batch of %d tasks and %d bytes, MaxBatchBytes %d", len(b.tasks), bytes, fz.h.c.maxBatchBytes)
+		if bytes := fz.m.bytes(b.tasks); len(b.tasks) > 1 && bytes > fz.h.c.batchBytesLimit {
+			fz.h.tb.Fatalf("batch of %d tasks and %d bytes, batch bytes limit %d (MaxBatchBytes %d)",
+				len(b.tasks), bytes, fz.h.c.batchBytesLimit, fz.h.c.maxBatchBytes)
 		}
 		for _, t := range b.tasks {
 			if fz.outIDs[t.ID] {

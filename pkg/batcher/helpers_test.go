@@ -251,6 +251,9 @@ func checkBytes[T any](c *core[T], fail func(string, ...any)) {
 	if c.batchLimit < 1 || c.batchLimit > c.maxBatch {
 		fail("batch limit %d, MaxBatch %d", c.batchLimit, c.maxBatch)
 	}
+	if c.batchBytesLimit < 1 || c.batchBytesLimit > c.maxBatchBytes {
+		fail("batch bytes limit %d, MaxBatchBytes %d", c.batchBytesLimit, c.maxBatchBytes)
+	}
 }
 
 // checkSent verifies h.sent: set exactly while h flies with Newer set, pointing at a

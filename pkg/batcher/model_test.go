@@ -27,8 +27,9 @@ type refModel struct {
 	calls     int          // fates given
 	touched   []int        // values given a fate since the last compare
 	out       []refBatch   // batches handed out, in the order they were handed out
-	limit     int          // the most tasks a batch may take: MaxBatch, halved by splits
-	splitAt   time.Time    // when limit last changed; zero: never
+	limit     int          // the most tasks a batch may take: MaxBatch, lowered by splits
+	byteLimit int          // the most bytes a batch of several tasks may take: MaxBatchBytes, lowered by splits
+	splitAt   time.Time    // when the limits last changed; zero: never
 	recovery  time.Duration
 }
 
@@ -38,7 +39,8 @@ type refBatch struct {
 }
 
 func newRefModel(cfg Config[int]) *refModel {
-	return &refModel{cfg: cfg, idle: cfg.Workers, fates: map[int]Fate{}, limit: cfg.MaxBatch, recovery: testSplitRecovery}
+	return &refModel{cfg: cfg, idle: cfg.Workers, fates: map[int]Fate{}, limit: cfg.MaxBatch, byteLimit: cfg.MaxBatchBytes,
+		recovery: testSplitRecovery}
 }
 
 // size is t's size by Config.Size: 0 without one, never negative.
@@ -195,7 +197,7 @@ func (m *refModel) due(now time.Time) bool {
 	}
 	// The idle flush: with a window, the offers have been quiet for IdleFlush.
 	quiet := m.cfg.MaxBatchingDelay > 0 && m.cfg.IdleFlush > 0 && now.Sub(m.lastOffer) >= m.cfg.IdleFlush
-	full := len(ready) >= m.limit || readyBytes >= m.cfg.MaxBatchBytes
+	full := len(ready) >= m.limit || readyBytes >= m.byteLimit
 	return full || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay || quiet
 }
 
@@ -221,7 +223,7 @@ func (m *refModel) assign(now time.Time) *refBatch {
 			case m.isExpired(t, now):
 				m.st.Expired++
 				m.fate(t, FateExpired)
-			case len(b.tasks) > 0 && m.bytes(b.tasks)+m.size(t) > m.cfg.MaxBatchBytes:
+			case len(b.tasks) > 0 && m.bytes(b.tasks)+m.size(t) > m.byteLimit:
 				full = true
 				keepT, keepA = append(keepT, t), append(keepA, m.arrived[i])
 			default:
@@ -255,15 +257,20 @@ func (m *refModel) complete(i int, r Result, now time.Time) {
 	case r.Class == TooLarge && len(b.tasks) == 1:
 		m.st.TooLarge++
 		m.fate(b.tasks[0], FateTooLarge)
-	case r.Class == TooLarge: // split: half the batch at most, and retry
-		m.limit = max(1, min(m.limit, len(b.tasks)/2))
+	case r.Class == TooLarge: // split: half the batch's bytes at most (or tasks, if it measured < 2), and retry
+		if n := m.bytes(b.tasks); n >= 2 {
+			m.byteLimit = min(m.byteLimit, n/2)
+		} else {
+			m.limit = min(m.limit, len(b.tasks)/2)
+		}
 		m.splitAt = now
 		for j := range b.tasks {
 			retry(j)
 		}
 	case r.Class == Success && len(r.Items) == len(b.tasks):
-		if m.limit < m.cfg.MaxBatch && now.Sub(m.splitAt) >= m.recovery {
+		if (m.limit < m.cfg.MaxBatch || m.byteLimit < m.cfg.MaxBatchBytes) && now.Sub(m.splitAt) >= m.recovery {
 			m.limit = min(m.cfg.MaxBatch, 2*m.limit)
+			m.byteLimit = min(m.cfg.MaxBatchBytes, 2*m.byteLimit)
 			m.splitAt = now
 		}
 		for j, o := range r.Items {
