@@ -69,6 +69,16 @@ func (l Limits) EventBytes() int {
 	return field(l.MaxTaskIDBytes) + field(l.MaxEventBytes) + a + l.MaxAttributes*entry + version + ttl + deleted
 }
 
+// EntryBytes is the most bytes one entry of the state table takes in a Subscribe
+// message or a Get page: an event of EventBytes with its origin (at most
+// MaxNodeIDBytes), submitted_at and revision, and the tags and lengths around them. A
+// message carries one such entry when it is bigger than the message's cap.
+func (l Limits) EntryBytes() int {
+	ev := 1 + protowire.SizeVarint(uint64(l.EventBytes())) + l.EventBytes()
+	entry := ev + 1 + 2 + MaxNodeIDBytes + (1 + 1 + 1 + 10 + 1 + 5) + (1 + 10) // origin, submitted_at, revision
+	return 1 + protowire.SizeVarint(uint64(entry)) + entry
+}
+
 // replicateItemBytes is what an event of n encoded bytes adds to a ReplicateRequest:
 // its events field (tag, length, the event) and its submitted_at_unix_nanos entry
 // (packed, at most 10 bytes).
