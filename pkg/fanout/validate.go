@@ -51,7 +51,7 @@ func DefaultLimits() Limits {
 // EventBytes is the most bytes an event within the limits encodes to, tags and
 // lengths included: a task_id of MaxTaskIDBytes, a payload of MaxEventBytes,
 // MaxAttributes attributes of MaxAttributeBytes in all, a version, a ttl and deleted
-// (1 MiB + 18.2 KiB with the defaults). Every event is held to it as encoded, beside
+// (1,066,787 bytes, 1 MiB + 17.8 KiB, with the defaults). Every event is held to it as encoded, beside
 // its fields' own bounds: on the app path as Submit will encode it (validateSubmit), on
 // the peer path as it arrived (readEvent). So unknown fields, and fields repeated on
 // the wire, count: they may take only what the known fields leave, and an event can
