@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -185,6 +186,10 @@ func FuzzApplySync(f *testing.F) {
 				t.Fatalf("accepted entries[%d], which is not an event within the limits", i)
 			}
 			got, ok := n.table.Get(h.taskID)
+			if !ok && h.deleted && e.GetSubmittedAtUnixNanos() != 0 &&
+				e.GetSubmittedAtUnixNanos() <= time.Now().Add(-n.cfg.State.TombstoneTTL).UnixNano() {
+				continue // a deletion older than --tombstone-ttl of a key the table lacks is not stored (state.Table.put)
+			}
 			if !ok || got.Stamp.Version < h.version {
 				t.Fatalf("entries[%d] accepted, table has %v %+v, want version >= %d", i, ok, got.Stamp, h.version)
 			}
