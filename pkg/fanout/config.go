@@ -155,9 +155,9 @@ func (c *Config) validateBytes() []error {
 // decoding it): a Replicate request of Batcher.MaxBatchBytes, or an anti-entropy
 // message of SyncMessageBytes, plus one event at the limits (a batch or a message
 // stops before the event that does not fit, and an event bigger than one travels
-// alone), plus messageOverhead: 5,265,201 bytes (5.0 MiB) with the defaults. A peer with the same limits
-// takes every batch this node sends; one with smaller limits refuses some, and the
-// batcher splits them (batcher.TooLarge).
+// alone), plus messageOverhead: 5,265,201 bytes (5.0 MiB) with the defaults. A peer
+// with the same limits takes every batch this node sends; one with smaller limits
+// refuses some, and the batcher splits them (batcher.TooLarge).
 func (c *Config) PeerMessageBytes() int {
 	sync := c.SyncMessageBytes
 	if sync <= 0 {
