@@ -81,7 +81,12 @@ func startInstance(c instanceConfig) (*instance, error) {
 	cliMetrics := grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(buckets))
 	reg.MustRegister(srvMetrics, cliMetrics, buildInfoGauge(buildInfo()))
 
-	maxMsg := c.node.Limits.MaxMessageBytes(c.node.Limits.MaxEvents)
+	// Message bounds (gRPC refuses a bigger message with RESOURCE_EXHAUSTED before it
+	// decodes any of it): the app listener receives requests of --max-request-bytes;
+	// the peer listener and the peer connections carry a batch of --max-batch-bytes or
+	// an anti-entropy message plus one event at the limits (fanout.Config).
+	appSizes := msgSizes{recv: c.node.Limits.MaxRequestBytes, send: c.node.AppSendBytes()}
+	peerMsg := c.node.PeerMessageBytes()
 	c.node.Logger = c.log
 	mode, err := c.security.socketMode()
 	if err != nil {
@@ -130,7 +135,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	}
 	c.node.Dial = func(addr string) (fanout.Replicator, error) {
 		opts := peers.Options{
-			MaxMessageBytes: c.node.Limits.MaxMessageBytes(c.node.Batcher.MaxBatch),
+			MaxMessageBytes: peerMsg,
 			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
 		}
 		if peerTLS != nil {
@@ -145,9 +150,9 @@ func startInstance(c instanceConfig) (*instance, error) {
 	reg.MustRegister(fanout.NewCollector(node))
 
 	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
-	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, maxMsg, insecure.NewCredentials(), appAuth)
+	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth)
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
-	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, maxMsg, peerCreds, nil)
+	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil)
 	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
 	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
@@ -217,10 +222,13 @@ func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*s
 	return st, nil
 }
 
+// msgSizes are a gRPC server's message bounds, in bytes.
+type msgSizes struct{ recv, send int }
+
 // newGRPCServer makes a listener's gRPC server with its metrics, panic recovery and,
 // if authFn is set, that check on every call but the health service's (Kubernetes'
 // gRPC probes send no metadata).
-func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, creds credentials.TransportCredentials,
+func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, sizes msgSizes, creds credentials.TransportCredentials,
 	authFn auth.AuthFunc) (*grpc.Server, *health.Server) {
 	recov := recovery.WithRecoveryHandler(func(p any) error {
 		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
@@ -237,7 +245,8 @@ func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, maxMsg int, cred
 	}
 	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.Creds(creds),
-		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxRecvMsgSize(sizes.recv),
+		grpc.MaxSendMsgSize(sizes.send),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}, peers.ServerOptions()...)...)

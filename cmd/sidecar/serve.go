@@ -80,6 +80,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
 	fs.Uint32Var(&c.Breaker.Probes, "breaker-probes", c.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")
 	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
+	addLimitFlags(fs, c)
 	o.security.addFlags(fs)
 }
 

@@ -43,6 +43,12 @@ const (
 	NetworkFailure
 	// Permanent: any other error. The batch is dropped and counted.
 	Permanent
+	// TooLarge (ours): the peer refused the batch as bigger than it accepts (gRPC's
+	// RESOURCE_EXHAUSTED "message larger than max"). Retrying the same batch cannot
+	// help, and it is not congestion: a batch of several tasks is split (handed back,
+	// and the next batches carry at most half its bytes), and a task refused alone
+	// is dropped as FateTooLarge.
+	TooLarge
 )
 
 // ItemOutcome is the peer's verdict on one task of a successful batch.
@@ -96,6 +102,7 @@ const (
 	FateExpired                // Expires passed before it was sent
 	FatePermanent              // permanent batch error or ItemInvalid
 	FateStopped                // still queued when the batcher was closed
+	FateTooLarge               // the peer refused it, alone, as too large (TooLarge)
 )
 
 // Gate lets something outside the batcher hold dispatch (the circuit breaker, SPEC
@@ -112,6 +119,24 @@ type Config[T any] struct {
 	MaxBuffer int
 	// MaxBatch is the largest batch handed to a worker. Default 250 (Eureka BATCH_SIZE).
 	MaxBatch int
+	// MaxBufferBytes (ours) bounds pending in bytes, as Size measures its tasks, beside
+	// MaxBuffer's bound in tasks: an arrival that would pass it evicts the oldest tasks
+	// (FateOverflow), and a retry that would pass it is dropped (FateOverflow), as the
+	// count bound does. A task bigger than MaxBufferBytes on its own never enters
+	// (FateOverflow). Default 64 MiB.
+	MaxBufferBytes int
+	// MaxBatchBytes (ours) bounds one batch in bytes, as Size measures its tasks: a
+	// batch takes tasks from the head while their sizes add up to at most this, and
+	// stops at the first that does not fit. Its first task is always taken, so a task
+	// bigger than MaxBatchBytes travels alone. A batch is also due once the ready
+	// tasks add up to MaxBatchBytes. At most MaxBufferBytes. Default 4 MiB.
+	MaxBatchBytes int
+	// Size measures a task's value for MaxBatchBytes and MaxBufferBytes, e.g. its
+	// encoded size in the request the Processor sends. It is called once per Offer
+	// of a task, from the acceptor goroutine; it must not block, must not modify the
+	// value, and must return the same size every time for the same value. Nil: every
+	// task measures 0, and only the bounds in tasks apply.
+	Size func(v T) int
 	// MaxBatchingDelay: a batch is due when pending holds MaxBatch tasks or the oldest
 	// task has waited this long. Default 0: an idle worker takes whatever is pending
 	// at once (Eureka waits 500ms, which puts that latency on every event).
@@ -164,7 +189,11 @@ type Stats struct {
 	// Counters.
 	Accepted, Overridden, Overflow, Expired, Replayed, Succeeded uint64
 	Congestion, Transient, Permanent, Stale                      uint64
-	// Gauges, all counted in tasks except IdleWorkers. AcceptorQueue includes the
-	// tasks of Offer calls blocked on a full queue.
+	// TooLarge counts the tasks dropped as FateTooLarge: the peer refused them alone.
+	TooLarge uint64
+	// Gauges, all counted in tasks except IdleWorkers and PendingBytes. AcceptorQueue
+	// includes the tasks of Offer calls blocked on a full queue.
 	AcceptorQueue, ReprocessQueue, Pending, InFlight, IdleWorkers uint64
+	// PendingBytes is pending's size, as Config.Size measures it (0 without Size).
+	PendingBytes uint64
 }

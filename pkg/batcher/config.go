@@ -16,6 +16,16 @@ func DefaultConfig[T any]() Config[T] {
 		// Eureka's BATCH_SIZE: big enough to amortise a round trip, small enough
 		// that one Replicate call stays well under the gRPC message limit.
 		MaxBatch: 250,
+		// Ours: 64 MiB. The count bound alone let a peer that is down hold
+		// MaxBuffer events of any size: 10,000 × 1 MiB is 10 GiB per peer. 64 MiB
+		// keeps 10,000 events of up to 6.5 KiB, as before, and bounds a node with
+		// ten dead peers to 640 MiB of pending events.
+		MaxBufferBytes: 64 << 20,
+		// Ours: 4 MiB. A full batch of 250 events of up to 16 KiB fits, so small
+		// events batch by count exactly as before; bigger ones batch by bytes, so one
+		// Replicate call stays a few milliseconds on a LAN and a receiver holds at
+		// most Workers such calls per sender.
+		MaxBatchBytes: 4 << 20,
 		// Ours: an idle worker sends at once. Under load the workers are busy and
 		// batches grow by themselves; Eureka's 500ms put that latency on every event.
 		MaxBatchingDelay: 0,
@@ -65,6 +75,8 @@ func (c *Config[T]) validateSizes() error {
 	}{
 		{"batcher.Config.MaxBuffer", c.MaxBuffer},
 		{"batcher.Config.MaxBatch", c.MaxBatch},
+		{"batcher.Config.MaxBufferBytes", c.MaxBufferBytes},
+		{"batcher.Config.MaxBatchBytes", c.MaxBatchBytes},
 		{"batcher.Config.Workers", c.Workers},
 		{"batcher.Config.AcceptorQueue", c.AcceptorQueue},
 	} {
@@ -74,6 +86,9 @@ func (c *Config[T]) validateSizes() error {
 	}
 	if c.MaxBatch > c.MaxBuffer {
 		return configerr.New("batcher.Config.MaxBatch", "must be <= batcher.Config.MaxBuffer (%d), got %d", c.MaxBuffer, c.MaxBatch)
+	}
+	if c.MaxBatchBytes > c.MaxBufferBytes {
+		return configerr.New("batcher.Config.MaxBatchBytes", "must be <= batcher.Config.MaxBufferBytes (%d), got %d", c.MaxBufferBytes, c.MaxBatchBytes)
 	}
 	return nil
 }

@@ -1,6 +1,15 @@
 package batcher
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
+
+// splitRecovery is how long after a split (a TooLarge result) the batch limit may
+// double back, one doubling per success: a minute costs a peer whose limit stays
+// below this node's batches one refused batch a minute, and gives one whose limit
+// was raised full batches again within minutes.
+const splitRecovery = time.Minute
 
 // batch is the work of one worker: the tasks it sends and, once sent, the result.
 // Batches are recycled through core.spare.
@@ -13,6 +22,8 @@ type batch[T any] struct {
 	arrived []time.Time
 	// slots[i] is the holder that marks tasks[i].ID in flight.
 	slots []*holder[T]
+	// sizes[i] is tasks[i]'s size (Config.Size), kept for a retry.
+	sizes []int
 	// result is set by the worker before it hands the batch back.
 	result Result
 }
@@ -23,14 +34,20 @@ type batch[T any] struct {
 // Close once the acceptor has exited); tests drive it directly.
 type core[T any] struct {
 	// Settings, fixed by newCore.
-	maxBuffer int                      // Invariant: len(pending) <= maxBuffer
-	maxBatch  int                      // Invariant: 0 < maxBatch <= maxBuffer
-	delay     time.Duration            // MaxBatchingDelay
-	idleFlush time.Duration            // IdleFlush; used only while delay > 0
-	gate      Gate                     // may be nil
-	newer     func(a, b *Task[T]) bool // Config.Newer; may be nil: see keeps
-	onFinal   func(*Task[T], Fate)
-	log       rateLog
+	maxBuffer      int                      // Invariant: len(pending) <= maxBuffer
+	maxBatch       int                      // Invariant: 0 < maxBatch <= maxBuffer
+	maxBufferBytes int                      // Invariant: bytes <= maxBufferBytes
+	maxBatchBytes  int                      // Invariant: 0 < maxBatchBytes <= maxBufferBytes
+	size           func(T) int              // Config.Size; may be nil: every task measures 0
+	delay          time.Duration            // MaxBatchingDelay
+	idleFlush      time.Duration            // IdleFlush; used only while delay > 0
+	gate           Gate                     // may be nil
+	newer          func(a, b *Task[T]) bool // Config.Newer; may be nil: see keeps
+	onFinal        func(*Task[T], Fate)
+	log            rateLog
+	// splitRecovery is how long a split holds before batchLimit may double back
+	// (splitRecovery, the constant; tests shorten it).
+	splitRecovery time.Duration
 
 	// ids maps every task_id that is pending, in flight or both to its holder, so
 	// that a task costs three map operations from Offer to fate.
@@ -44,6 +61,20 @@ type core[T any] struct {
 	// flying counts the tasks handed to a worker and not yet completed. An ID is in
 	// at most one batch (in-flight exclusion).
 	flying int
+	// bytes is pending's size: the sum of holder.size over order.
+	// Invariant: 0 <= bytes <= maxBufferBytes.
+	bytes int
+	// parkedBytes is the part of bytes that parked holders hold.
+	// Invariant: 0 <= parkedBytes <= bytes.
+	parkedBytes int
+	// batchBytesLimit and batchLimit are the most bytes and tasks popBatch takes:
+	// maxBatchBytes and maxBatch, lowered by each split (a TooLarge result for a batch
+	// of several tasks, see tooLarge), doubled back by a success at least
+	// splitRecovery after the last change. Invariant: 1 <= batchBytesLimit <=
+	// maxBatchBytes; 1 <= batchLimit <= maxBatch.
+	batchBytesLimit, batchLimit int
+	// splitAt is when the limits last changed; zero: never.
+	splitAt time.Time
 	// reprocess holds tasks handed back by failed sends, in the order they came
 	// back. drainReprocess empties it.
 	reprocess []*holder[T]
@@ -62,16 +93,22 @@ type core[T any] struct {
 // newCore builds the core of a validated configuration.
 func newCore[T any](cfg *Config[T]) *core[T] {
 	return &core[T]{
-		maxBuffer: cfg.MaxBuffer,
-		maxBatch:  cfg.MaxBatch,
-		delay:     cfg.MaxBatchingDelay,
-		idleFlush: cfg.IdleFlush,
-		gate:      cfg.Gate,
-		newer:     cfg.Newer,
-		onFinal:   cfg.OnFinal,
-		log:       rateLog{logger: cfg.Logger, interval: time.Second},
-		ids:       make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
-		idle:      cfg.Workers,
+		maxBuffer:       cfg.MaxBuffer,
+		maxBatch:        cfg.MaxBatch,
+		maxBufferBytes:  cfg.MaxBufferBytes,
+		maxBatchBytes:   cfg.MaxBatchBytes,
+		size:            cfg.Size,
+		delay:           cfg.MaxBatchingDelay,
+		idleFlush:       cfg.IdleFlush,
+		gate:            cfg.Gate,
+		newer:           cfg.Newer,
+		onFinal:         cfg.OnFinal,
+		log:             rateLog{logger: cfg.Logger, interval: time.Second},
+		splitRecovery:   splitRecovery,
+		ids:             make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
+		idle:            cfg.Workers,
+		batchLimit:      cfg.MaxBatch,
+		batchBytesLimit: cfg.MaxBatchBytes,
 		shaper: shaper{
 			congestionDelay: cfg.CongestionRetryDelay,
 			networkDelay:    cfg.NetworkFailureRetryDelay,
@@ -91,12 +128,20 @@ func (c *core[T]) accept(tasks []Task[T], now time.Time) {
 	}
 }
 
-// acceptOne coalesces t into pending, evicting the oldest task if pending is full.
-// If t's ID is already pending or in flight, t is the later of the two: it replaces
-// the pending task (in its place, with its age) or parks behind the flight, unless
-// that task supersedes it (keeps). A t that loses is overridden and pending is left
-// as it was.
+// acceptOne coalesces t into pending, evicting the oldest tasks while pending is
+// full in tasks or in bytes. If t's ID is already pending or in flight, t is the
+// later of the two: it replaces the pending task (in its place, with its age) or
+// parks behind the flight, unless that task supersedes it (keeps). A t that loses is
+// overridden and pending is left as it was. A t bigger than MaxBufferBytes alone is
+// overflow at once.
 func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
+	size := c.sizeOf(t)
+	if size > c.maxBufferBytes {
+		c.st.Overflow++
+		c.final(t, FateOverflow)
+		c.log.note(logOverflow, 1, now, nil)
+		return
+	}
 	h := c.ids[t.ID]
 	switch {
 	case h == nil:
@@ -105,15 +150,16 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 			c.override(t)
 		} else {
 			c.override(&h.task)
-			h.task = *t
+			c.replace(h, t, size, now)
 		}
 		return
 	case c.keeps(h.sent, t): // only in flight: the peer would answer t STALE
 		c.override(t)
 		return
 	}
-	if c.order.n >= c.maxBuffer {
-		c.evictOldest(now) // never h: h is not waiting
+	// Never evicts h: h is not waiting.
+	for c.order.n > 0 && (c.order.n >= c.maxBuffer || c.bytes+size > c.maxBufferBytes) {
+		c.evict(c.order.head, now)
 	}
 	if h == nil {
 		h = c.newHolder(t, now)
@@ -121,12 +167,30 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 	} else { // in flight: the newer version parks behind it
 		h.task, h.arrived = *t, now
 	}
+	h.size = size
 	c.wait(h, false)
 }
 
-// evictOldest drops the head of the order as overflow.
-func (c *core[T]) evictOldest(now time.Time) {
-	h := c.order.head
+// replace puts t, of size bytes, in the place of h's waiting task, and evicts the
+// oldest other tasks while pending is over MaxBufferBytes. size is at most
+// MaxBufferBytes, so h alone always fits.
+func (c *core[T]) replace(h *holder[T], t *Task[T], size int, now time.Time) {
+	c.bytes += size - h.size
+	if h.flying {
+		c.parkedBytes += size - h.size
+	}
+	h.task, h.size = *t, size
+	for c.bytes > c.maxBufferBytes {
+		oldest := c.order.head
+		if oldest == h {
+			oldest = h.next
+		}
+		c.evict(oldest, now)
+	}
+}
+
+// evict drops h, a waiting holder, as overflow.
+func (c *core[T]) evict(h *holder[T], now time.Time) {
 	c.unwait(h)
 	c.st.Overflow++
 	c.final(&h.task, FateOverflow)
@@ -134,13 +198,27 @@ func (c *core[T]) evictOldest(now time.Time) {
 	c.log.note(logOverflow, 1, now, nil)
 }
 
+// sizeOf is t's size by Config.Size; 0 without one (or for a negative size).
+func (c *core[T]) sizeOf(t *Task[T]) int {
+	if c.size == nil {
+		return 0
+	}
+	return max(c.size(t.Value), 0)
+}
+
 // drainReprocess is step 1: it puts handed-back tasks in front of the order, in
-// their original order, while pending has room, and drops the rest as overflow.
+// their original order, while pending has room for the next one in tasks and in
+// bytes, and drops the rest as overflow. The room is asked for whatever becomes of
+// the retry (it may expire, or lose to the task pending with its ID), so that the
+// rule does not depend on what is pending.
 func (c *core[T]) drainReprocess(now time.Time) {
 	// Taking from the back and pushing to the front keeps the original order.
-	for len(c.reprocess) > 0 && c.order.n < c.maxBuffer {
+	for len(c.reprocess) > 0 {
 		last := len(c.reprocess) - 1
 		h := c.reprocess[last]
+		if c.order.n >= c.maxBuffer || c.bytes+h.size > c.maxBufferBytes {
+			break
+		}
 		c.reprocess[last] = nil
 		c.reprocess = c.reprocess[:last]
 		c.requeue(h, now)
@@ -188,7 +266,7 @@ func (c *core[T]) requeue(h *holder[T], now time.Time) {
 func (c *core[T]) retryWins(p, r *holder[T]) {
 	c.override(&p.task)
 	c.unwait(p)
-	p.task, p.arrived = r.task, r.arrived
+	p.task, p.arrived, p.size = r.task, r.arrived, r.size
 	c.wait(p, true)
 	c.release(r)
 }
@@ -216,16 +294,16 @@ func (c *core[T]) hold(now time.Time) time.Duration {
 	return d
 }
 
-// due reports whether a batch is due: MaxBatch tasks are ready, or the oldest ready
-// task has waited MaxBatchingDelay (at once when the delay is 0), or (ours, when
-// IdleFlush > 0) no task has been accepted for IdleFlush: the submissions went
-// quiet, so waiting longer can coalesce nothing more.
+// due reports whether a batch is due: a full batch is ready (batchLimit tasks, or
+// batchBytesLimit bytes), or the oldest ready task has waited MaxBatchingDelay (at once when
+// the delay is 0), or (ours, when IdleFlush > 0) no task has been accepted for
+// IdleFlush: the submissions went quiet, so waiting longer can coalesce nothing more.
 func (c *core[T]) due(now time.Time) bool {
 	ready := c.order.n - c.parked
 	switch {
 	case ready == 0:
 		return false
-	case ready >= c.maxBatch || c.delay <= 0:
+	case ready >= c.batchLimit || c.bytes-c.parkedBytes >= c.batchBytesLimit || c.delay <= 0:
 		return true
 	case c.idleFlush > 0 && now.Sub(c.lastAccept) >= c.idleFlush:
 		return true
@@ -256,15 +334,24 @@ func (c *core[T]) firstReady() *holder[T] {
 	return h
 }
 
-// popBatch takes up to MaxBatch ready holders from the head, dropping expired ones
-// on the way. Parked holders keep their place. It returns nil if all it found had
-// expired.
+// popBatch takes up to batchLimit ready holders from the head, dropping expired
+// ones on the way, and stops at the first that would take the batch past
+// batchBytesLimit; the first is always taken. Parked holders keep their place. It
+// returns nil if all it found had expired.
 func (c *core[T]) popBatch(now time.Time) *batch[T] {
 	b := c.newBatch()
-	for h := c.order.head; h != nil && len(b.tasks) < c.maxBatch; {
+	bytes := 0
+	for h := c.order.head; h != nil && len(b.tasks) < c.batchLimit; {
 		next := h.next
-		if !h.flying {
-			c.take(h, b, now)
+		switch {
+		case h.flying:
+		case expired(&h.task, now):
+			c.expire(h)
+		case len(b.tasks) > 0 && bytes+h.size > c.batchBytesLimit:
+			next = nil // full in bytes
+		default:
+			bytes += h.size
+			c.take(h, b)
 		}
 		h = next
 	}
@@ -280,20 +367,23 @@ func (c *core[T]) popBatch(now time.Time) *batch[T] {
 	return b
 }
 
-// take moves h's task from pending into b and marks its ID in flight, or drops it
-// if it has expired. h is not flying.
-func (c *core[T]) take(h *holder[T], b *batch[T], now time.Time) {
+// expire drops h, a waiting holder that is not flying, as expired.
+func (c *core[T]) expire(h *holder[T]) {
 	c.unwait(h)
-	if expired(&h.task, now) {
-		c.st.Expired++
-		c.final(&h.task, FateExpired)
-		c.forget(h)
-		return
-	}
+	c.st.Expired++
+	c.final(&h.task, FateExpired)
+	c.forget(h)
+}
+
+// take moves h's task from pending into b and marks its ID in flight. h is not
+// flying.
+func (c *core[T]) take(h *holder[T], b *batch[T]) {
+	c.unwait(h)
 	b.tasks = append(b.tasks, h.task)
 	b.arrived = append(b.arrived, h.arrived)
 	b.slots = append(b.slots, h)
-	h.task, h.arrived = Task[T]{ID: h.task.ID}, time.Time{}
+	b.sizes = append(b.sizes, h.size)
+	h.task, h.arrived, h.size = Task[T]{ID: h.task.ID}, time.Time{}, 0
 	h.flying = true
 	c.flying++
 }
@@ -309,6 +399,9 @@ func (c *core[T]) complete(b *batch[T], now time.Time) {
 	switch {
 	case r.Class == Success && len(r.Items) == n:
 		c.applyItems(b, now)
+		c.recover(now)
+	case r.Class == TooLarge:
+		c.tooLarge(b, now)
 	case r.Class == Congestion:
 		c.st.Congestion += uint64(n)
 		c.shaper.congestion(now)
@@ -329,9 +422,56 @@ func (c *core[T]) land(h *holder[T]) {
 	c.flying--
 	if h.waiting {
 		c.parked--
+		c.parkedBytes -= h.size
 		return
 	}
 	c.forget(h)
+}
+
+// tooLarge applies a TooLarge result (ours): a task refused alone is dropped, since
+// no batch can carry it; a batch of several is split: its tasks are handed back, and
+// from now on a batch takes at most half its bytes, or, if Size measured it at under
+// 2 bytes, half its tasks. Halving bytes, not tasks, learns the peer's limit however
+// the sizes mix: one huge task in a batch ends alone and dropped, and the small ones
+// around it still go out many at a time. Each split lowers what a batch of several
+// tasks can be below what was refused, so a batch the peer keeps refusing ends as
+// tasks refused alone: nothing is retried forever. No pause: the peer is not busy.
+func (c *core[T]) tooLarge(b *batch[T], now time.Time) {
+	if len(b.tasks) == 1 {
+		c.st.TooLarge++
+		c.final(&b.tasks[0], FateTooLarge)
+		c.log.noteTask(logTooLarge, b.tasks[0].ID, now, b.result.Err)
+		return
+	}
+	if bytes := sum(b.sizes); bytes >= 2 {
+		c.batchBytesLimit = min(c.batchBytesLimit, bytes/2)
+	} else {
+		c.batchLimit = min(c.batchLimit, len(b.tasks)/2)
+	}
+	c.splitAt = now
+	c.retryAll(b)
+	c.log.note(logSplit, len(b.tasks), now, b.result.Err,
+		slog.Int("batch_bytes_limit", c.batchBytesLimit), slog.Int("batch_limit", c.batchLimit))
+}
+
+// recover doubles the batch limits back towards MaxBatchBytes and MaxBatch after a
+// success, once the last change is splitRecovery old: a peer whose limit was raised
+// gets full batches again, and one whose limit stays low refuses about one batch per
+// splitRecovery.
+func (c *core[T]) recover(now time.Time) {
+	if (c.batchBytesLimit < c.maxBatchBytes || c.batchLimit < c.maxBatch) && now.Sub(c.splitAt) >= c.splitRecovery {
+		c.batchBytesLimit = min(c.maxBatchBytes, 2*c.batchBytesLimit)
+		c.batchLimit = min(c.maxBatch, 2*c.batchLimit)
+		c.splitAt = now
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // applyItems applies the per-item outcomes of a successful batch.
@@ -374,7 +514,9 @@ func (c *core[T]) retryAll(b *batch[T]) {
 // retry hands b.tasks[i] back to the reprocess queue.
 func (c *core[T]) retry(b *batch[T], i int) {
 	c.st.Replayed++
-	c.reprocess = append(c.reprocess, c.newHolder(&b.tasks[i], b.arrived[i]))
+	h := c.newHolder(&b.tasks[i], b.arrived[i])
+	h.size = b.sizes[i]
+	c.reprocess = append(c.reprocess, h)
 }
 
 // dropAll drops every task of b as permanent.
@@ -451,6 +593,7 @@ func (c *core[T]) stats() Stats {
 	s := c.st
 	s.ReprocessQueue = uint64(len(c.reprocess))
 	s.Pending = uint64(c.order.n)
+	s.PendingBytes = uint64(c.bytes)
 	s.InFlight = uint64(c.flying)
 	s.IdleWorkers = uint64(c.idle)
 	return s
@@ -459,8 +602,10 @@ func (c *core[T]) stats() Stats {
 // wait puts h, already in ids, into pending: at the front (a retry) or the back.
 func (c *core[T]) wait(h *holder[T], front bool) {
 	h.waiting = true
+	c.bytes += h.size
 	if h.flying {
 		c.parked++
+		c.parkedBytes += h.size
 	}
 	if front {
 		c.order.pushFront(h)
@@ -473,8 +618,10 @@ func (c *core[T]) wait(h *holder[T], front bool) {
 // task goes into flight.
 func (c *core[T]) unwait(h *holder[T]) {
 	h.waiting = false
+	c.bytes -= h.size
 	if h.flying {
 		c.parked--
+		c.parkedBytes -= h.size
 	}
 	c.order.remove(h)
 }
@@ -483,7 +630,7 @@ func (c *core[T]) unwait(h *holder[T]) {
 // flight.
 func (c *core[T]) forget(h *holder[T]) {
 	if h.flying {
-		h.task, h.arrived = Task[T]{ID: h.task.ID}, time.Time{}
+		h.task, h.arrived, h.size = Task[T]{ID: h.task.ID}, time.Time{}, 0
 		return
 	}
 	delete(c.ids, h.task.ID)
@@ -549,7 +696,7 @@ func (c *core[T]) newBatch() *batch[T] {
 func (c *core[T]) recycleBatch(b *batch[T]) {
 	clear(b.tasks)
 	clear(b.slots)
-	b.tasks, b.arrived, b.slots = b.tasks[:0], b.arrived[:0], b.slots[:0]
+	b.tasks, b.arrived, b.slots, b.sizes = b.tasks[:0], b.arrived[:0], b.slots[:0], b.sizes[:0]
 	b.result = Result{}
 	c.spare = append(c.spare, b)
 }

@@ -45,6 +45,7 @@ func (tc ruleCase) test(t *testing.T) {
 // counters keeps only the counters of s.
 func counters(s Stats) Stats {
 	s.AcceptorQueue, s.ReprocessQueue, s.Pending, s.InFlight, s.IdleWorkers = 0, 0, 0, 0, 0
+	s.PendingBytes = 0
 	return s
 }
 
@@ -758,6 +759,7 @@ func (s Stats) add(o Stats) Stats {
 	s.Transient += o.Transient
 	s.Permanent += o.Permanent
 	s.Stale += o.Stale
+	s.TooLarge += o.TooLarge
 	return s
 }
 

@@ -37,11 +37,17 @@ completions, Drain requests and one timer, and after each event runs one step:
     into one, which keeps the waiting one's place and age; the other's fate is
     FateOverridden. Which one survives is the coalescing rule below. If pending
     holds MaxBuffer tasks, the head (the oldest) is evicted as FateOverflow to make
-    room: the newest state wins.
+    room: the newest state wins. Pending is bounded in bytes too (ours): with
+    Config.Size, the oldest tasks are evicted while our task would take pending
+    past MaxBufferBytes (a bigger version replacing a waiting one evicts the oldest
+    others), and a task bigger than MaxBufferBytes on its own never enters: it is
+    FateOverflow at once.
   - Step 3: ask the traffic shaper and the optional Gate (the circuit breaker)
     whether to hold; if so, assign nothing and set the timer for the end of the hold.
   - Step 4: while a worker is idle and a batch is due, pop up to MaxBatch holders
-    from the head and hand them to that worker. A batch is due when MaxBatch tasks
+    from the head and hand them to that worker, stopping at the first that would
+    take the batch past MaxBatchBytes (the first is always taken, so a task bigger
+    than that travels alone). A batch is due when MaxBatch tasks, or MaxBatchBytes,
     are ready or the oldest ready one has waited MaxBatchingDelay. With
     MaxBatchingDelay > 0 and IdleFlush > 0 (ours), a batch is also due once no new
     task has been accepted for IdleFlush: the submissions went quiet, so waiting
@@ -85,6 +91,16 @@ its next batch. Workers never die.
     NetworkFailureRetryDelay.
   - Permanent (or a Success with the wrong number of items): every task ends as
     FatePermanent, logged at a limited rate.
+  - TooLarge (ours; the peer refused the request as bigger than it accepts): a
+    batch of several tasks is split. Its tasks go to the reprocess queue, with no
+    pause, and from now on a batch takes at most half the refused one's bytes (half
+    its tasks if Size measured it at nothing). A task refused alone ends as
+    FateTooLarge, logged with its task_id: no batch can carry it. Each split lowers
+    what a batch of several can be below what was refused, so nothing is retried
+    forever; halving bytes rather than tasks means one huge task ends alone while
+    the small ones around it still go out together. The limits double back after a
+    success a minute after they last changed, so a peer whose limit was raised gets
+    full batches again.
 
 6. Reprocess. At step 1 of the same round, handed-back tasks go back to the
 front of the processing order, in the order they were sent, while pending has
@@ -128,6 +144,9 @@ idempotent; Offer afterwards returns ErrStopped.
     every 10ms, and there is no single-item work queue.
   - The age that MaxBatchingDelay measures is the slot's, kept across overrides and
     retries, so a hot task_id at the head cannot postpone a batch forever.
+  - Bounded in bytes (ours): pending (MaxBufferBytes) and each batch
+    (MaxBatchBytes), as Config.Size measures tasks, beside Eureka's bounds in tasks.
+    A batch its peer refuses as too large is split, not retried as congestion.
   - Idle flush (ours, off by default): with a coalescing window
     (MaxBatchingDelay > 0), IdleFlush > 0 sends a waiting batch early once no new
     task has been accepted for IdleFlush. Sustained load keeps the whole window and

@@ -28,7 +28,10 @@ func (r *fuzzReader) done() bool { return len(r.data) == 0 }
 // every task. After each assign, nextWake must name exactly the moment the core
 // next has work (the end of a hold, or a batch becoming due by MaxBatchingDelay or
 // the idle flush). Both coalescing rules are fuzzed: without Config.Newer and with
-// one that compares versions, which the input gives out of order.
+// one that compares versions, which the input gives out of order. So are the byte
+// bounds (Config.Size with MaxBufferBytes and MaxBatchBytes: pending within its bytes,
+// a batch within its bytes unless it carries one task) and TooLarge results (a batch
+// split, a task refused alone dropped, the batch limit doubling back).
 func FuzzBatcher(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{3, 2, 1, 0, 0, 3, 1, 2, 3, 1, 2, 0, 2, 0, 0, 2, 1, 1})
@@ -39,6 +42,12 @@ func FuzzBatcher(f *testing.F) {
 	// Newer: t0 v5 in flight, then v3 (dropped) and v7 (parks); the flight fails and
 	// yields to v7; v7 flies, fails, and its retry beats v2, offered before the drain.
 	f.Add([]byte{4, 1, 2, 9, 0, 0, 0, 5, 1, 0, 1, 0, 3, 0, 7, 2, 0, 2, 3, 200, 1, 130, 0, 1, 0, 0, 2, 3, 20, 1, 2, 0, 4, 0})
+	// Bytes (timing 18: Size on; 12 bytes of buffer, 5 of batch): offers of
+	// several sizes, one bigger than the buffer (value 230), assigns, a split
+	// (result byte 250), a task refused alone (251), a success after the split.
+	f.Add([]byte{7, 4, 2, 18, 2, 5, 4, 1, 2, 3, 4, 5, 1, 2, 250, 0, 4, 6, 7, 8, 9, 1, 2, 0, 251, 1, 2, 0, 4, 1, 1, 3, 80, 1, 2, 0, 4, 0, 0, 0})
+	// Newer and bytes (timing 27): coalescing that changes a waiting task's size.
+	f.Add([]byte{7, 6, 3, 27, 20, 9, 0, 3, 1, 5, 1, 6, 1, 7, 0, 2, 1, 8, 1, 9, 1, 2, 0, 250, 0, 1, 2, 0, 4, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &fuzzReader{data: data}
 		buffer := 1 + r.next()%8
@@ -50,11 +59,21 @@ func FuzzBatcher(f *testing.F) {
 		delay := time.Duration(timing%3) * 20 * time.Millisecond
 		idle := time.Duration(timing/3%3) * 15 * time.Millisecond
 		newer := timing/9%2 == 1
+		// timing >= 18 turns Size on, with two more bytes for the bounds, so that
+		// older inputs keep their meaning.
+		var bufBytes, batchBytes int
+		if timing >= 18 {
+			bufBytes = 5 + r.next()%30
+			batchBytes = 1 + r.next()%bufBytes
+		}
 		mod := func(c *Config[int]) {
 			c.MaxBuffer, c.MaxBatch, c.Workers = buffer, batchSize, workers
 			c.MaxBatchingDelay, c.IdleFlush = delay, idle
 			if newer {
 				c.Newer = byVersion
+			}
+			if bufBytes > 0 {
+				c.MaxBufferBytes, c.MaxBatchBytes, c.Size = bufBytes, batchBytes, testSize
 			}
 		}
 		fz := &fuzzRun{t: t, h: newHarness(t, mod), m: newRefModel(testConfig(mod)), r: r, outIDs: map[string]bool{}}
@@ -131,8 +150,12 @@ func (fz *fuzzRun) assign() string {
 		fz.t.Fatalf("assign: core batches %q, model %q", got, want)
 	}
 	for _, b := range fz.h.out[before:] {
-		if len(b.tasks) == 0 || len(b.tasks) > fz.h.c.maxBatch {
-			fz.h.tb.Fatalf("batch of %d tasks, MaxBatch %d", len(b.tasks), fz.h.c.maxBatch)
+		if len(b.tasks) == 0 || len(b.tasks) > fz.h.c.batchLimit {
+			fz.h.tb.Fatalf("batch of %d tasks, batch limit %d (MaxBatch %d)", len(b.tasks), fz.h.c.batchLimit, fz.h.c.maxBatch)
+		}
+		if bytes := fz.m.bytes(b.tasks); len(b.tasks) > 1 && bytes > fz.h.c.batchBytesLimit {
+			fz.h.tb.Fatalf("batch of %d tasks and %d bytes, batch bytes limit %d (MaxBatchBytes %d)",
+				len(b.tasks), bytes, fz.h.c.batchBytesLimit, fz.h.c.maxBatchBytes)
 		}
 		for _, t := range b.tasks {
 			if fz.outIDs[t.ID] {
@@ -185,12 +208,14 @@ func (fz *fuzzRun) complete(thenOffer bool) string {
 		delete(fz.outIDs, t.ID)
 	}
 	var res Result
-	switch k := fz.r.next(); k % 5 {
-	case 0, 1:
+	switch k := fz.r.next(); {
+	case k >= 250: // the highest bytes, so that older inputs keep their meaning
+		res.Class = TooLarge
+	case k%5 == 0, k%5 == 1:
 		res.Class = Class(k % 5)
-	case 2:
+	case k%5 == 2:
 		res.Class = NetworkFailure
-	case 3:
+	case k%5 == 3:
 		res.Class = Permanent
 	default:
 		res.Items = make([]ItemOutcome, len(b.tasks))
@@ -239,7 +264,7 @@ func (fz *fuzzRun) finish() {
 			stopped++
 		}
 	}
-	ended := s.Overridden + s.Overflow + s.Expired + s.Succeeded + s.Stale + s.Permanent + uint64(stopped)
+	ended := s.Overridden + s.Overflow + s.Expired + s.Succeeded + s.Stale + s.Permanent + s.TooLarge + uint64(stopped)
 	if ended != s.Accepted {
 		h.tb.Fatalf("fates add up to %d, accepted %d: %+v", ended, s.Accepted, s)
 	}

@@ -63,7 +63,22 @@ func newHarness(tb testing.TB, mod func(*Config[int])) *harness {
 		h.fates.record(t, f)
 	}
 	h.c = newCore(&cfg)
+	h.c.splitRecovery = testSplitRecovery
 	return h
+}
+
+// testSplitRecovery shortens splitRecovery in the harness and the model, so that the
+// batch limit doubles back within a test's few seconds of fake time.
+const testSplitRecovery = 300 * time.Millisecond
+
+// testSize is a Config.Size for the model and fuzz tests: 0 to 14 by the value, and
+// now and then 20 more, so that some tasks are bigger than a whole buffer.
+func testSize(v int) int {
+	n := v * 7 % 15
+	if v%23 == 0 {
+		n += 20
+	}
+	return n
 }
 
 // offer runs one acceptor step for an Offer of tasks (retries first, then the
@@ -176,6 +191,7 @@ func checkCore[T any](c *core[T]) error {
 	if c.order.tail != prev {
 		fail("tail is not the last holder")
 	}
+	checkBytes(c, fail)
 	if n != c.order.n || n > c.maxBuffer {
 		fail("order has %d, order.n %d, MaxBuffer %d", n, c.order.n, c.maxBuffer)
 	}
@@ -205,6 +221,39 @@ func checkCore[T any](c *core[T]) error {
 		return fmt.Errorf("core invariants: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// checkBytes verifies the byte counts: bytes and parkedBytes add up the sizes of the
+// waiting and the parked holders, each of which is its task's size; pending is
+// within MaxBufferBytes; the batch limit is within 1..MaxBatch.
+func checkBytes[T any](c *core[T], fail func(string, ...any)) {
+	bytes, parked := 0, 0
+	for h := c.order.head; h != nil; h = h.next {
+		if h.size != c.sizeOf(&h.task) {
+			fail("%q: size %d, Size says %d", h.task.ID, h.size, c.sizeOf(&h.task))
+		}
+		bytes += h.size
+		if h.flying {
+			parked += h.size
+		}
+	}
+	if bytes != c.bytes || parked != c.parkedBytes {
+		fail("bytes: counted %d (%d parked), core says %d (%d parked)", bytes, parked, c.bytes, c.parkedBytes)
+	}
+	if c.bytes > c.maxBufferBytes {
+		fail("pending holds %d bytes, MaxBufferBytes %d", c.bytes, c.maxBufferBytes)
+	}
+	for _, h := range c.ids {
+		if !h.waiting && h.size != 0 {
+			fail("%q: only flying, size %d", h.task.ID, h.size)
+		}
+	}
+	if c.batchLimit < 1 || c.batchLimit > c.maxBatch {
+		fail("batch limit %d, MaxBatch %d", c.batchLimit, c.maxBatch)
+	}
+	if c.batchBytesLimit < 1 || c.batchBytesLimit > c.maxBatchBytes {
+		fail("batch bytes limit %d, MaxBatchBytes %d", c.batchBytesLimit, c.maxBatchBytes)
+	}
 }
 
 // checkSent verifies h.sent: set exactly while h flies with Newer set, pointing at a

@@ -27,6 +27,10 @@ type refModel struct {
 	calls     int          // fates given
 	touched   []int        // values given a fate since the last compare
 	out       []refBatch   // batches handed out, in the order they were handed out
+	limit     int          // the most tasks a batch may take: MaxBatch, lowered by splits
+	byteLimit int          // the most bytes a batch of several tasks may take: MaxBatchBytes, lowered by splits
+	splitAt   time.Time    // when the limits last changed; zero: never
+	recovery  time.Duration
 }
 
 type refBatch struct {
@@ -35,7 +39,32 @@ type refBatch struct {
 }
 
 func newRefModel(cfg Config[int]) *refModel {
-	return &refModel{cfg: cfg, idle: cfg.Workers, fates: map[int]Fate{}}
+	return &refModel{cfg: cfg, idle: cfg.Workers, fates: map[int]Fate{}, limit: cfg.MaxBatch, byteLimit: cfg.MaxBatchBytes,
+		recovery: testSplitRecovery}
+}
+
+// size is t's size by Config.Size: 0 without one, never negative.
+func (m *refModel) size(t Task[int]) int {
+	if m.cfg.Size == nil {
+		return 0
+	}
+	return max(0, m.cfg.Size(t.Value))
+}
+
+// bytes adds up the sizes of tasks.
+func (m *refModel) bytes(tasks []Task[int]) int {
+	n := 0
+	for _, t := range tasks {
+		n += m.size(t)
+	}
+	return n
+}
+
+// evict drops pending[i] as overflow.
+func (m *refModel) evict(i int) {
+	m.st.Overflow++
+	m.fate(m.pending[i], FateOverflow)
+	m.pending, m.arrived = slices.Delete(m.pending, i, i+1), slices.Delete(m.arrived, i, i+1)
 }
 
 func (m *refModel) fate(t Task[int], f Fate) {
@@ -84,12 +113,24 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 	}
 	for _, t := range tasks {
 		m.st.Accepted++
+		if m.size(t) > m.cfg.MaxBufferBytes { // bigger than the whole buffer
+			m.st.Overflow++
+			m.fate(t, FateOverflow)
+			continue
+		}
 		if i := m.index(t.ID); i >= 0 {
 			if m.keeps(m.pending[i], t) {
 				m.override(t)
-			} else {
-				m.override(m.pending[i])
-				m.pending[i] = t
+				continue
+			}
+			m.override(m.pending[i])
+			m.pending[i] = t
+			for m.bytes(m.pending) > m.cfg.MaxBufferBytes { // the oldest other than t
+				if m.pending[0].ID != t.ID {
+					m.evict(0)
+				} else {
+					m.evict(1)
+				}
 			}
 			continue
 		}
@@ -97,10 +138,8 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 			m.override(t)
 			continue
 		}
-		if len(m.pending) == m.cfg.MaxBuffer {
-			m.st.Overflow++
-			m.fate(m.pending[0], FateOverflow)
-			m.pending, m.arrived = m.pending[1:], m.arrived[1:]
+		for len(m.pending) > 0 && (len(m.pending) == m.cfg.MaxBuffer || m.bytes(m.pending)+m.size(t) > m.cfg.MaxBufferBytes) {
+			m.evict(0)
 		}
 		m.pending = append(m.pending, t)
 		m.arrived = append(m.arrived, now)
@@ -108,9 +147,13 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 }
 
 func (m *refModel) drainReprocess(now time.Time) {
-	for len(m.reprocess) > 0 && len(m.pending) < m.cfg.MaxBuffer {
+	for len(m.reprocess) > 0 {
 		last := len(m.reprocess) - 1
 		t, at := m.reprocess[last], m.reArrived[last]
+		// Room for the retry, whatever becomes of it.
+		if len(m.pending) >= m.cfg.MaxBuffer || m.bytes(m.pending)+m.size(t) > m.cfg.MaxBufferBytes {
+			break
+		}
 		m.reprocess, m.reArrived = m.reprocess[:last], m.reArrived[:last]
 		switch {
 		case m.isExpired(t, now):
@@ -142,9 +185,11 @@ func (m *refModel) paused(now time.Time) bool {
 
 func (m *refModel) due(now time.Time) bool {
 	var ready []time.Time
+	readyBytes := 0
 	for i, t := range m.pending {
 		if !m.flying(t.ID) {
 			ready = append(ready, m.arrived[i])
+			readyBytes += m.size(t)
 		}
 	}
 	if len(ready) == 0 {
@@ -152,7 +197,8 @@ func (m *refModel) due(now time.Time) bool {
 	}
 	// The idle flush: with a window, the offers have been quiet for IdleFlush.
 	quiet := m.cfg.MaxBatchingDelay > 0 && m.cfg.IdleFlush > 0 && now.Sub(m.lastOffer) >= m.cfg.IdleFlush
-	return len(ready) >= m.cfg.MaxBatch || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay || quiet
+	full := len(ready) >= m.limit || readyBytes >= m.byteLimit
+	return full || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay || quiet
 }
 
 // hasReady reports whether some pending task is not in flight.
@@ -166,13 +212,20 @@ func (m *refModel) assign(now time.Time) *refBatch {
 		var b refBatch
 		var keepT []Task[int]
 		var keepA []time.Time
+		full := false // stop taking: the batch is full in tasks or in bytes
 		for i, t := range m.pending {
+			if len(b.tasks) == m.limit {
+				full = true
+			}
 			switch {
-			case len(b.tasks) == m.cfg.MaxBatch || m.flying(t.ID):
+			case full || m.flying(t.ID):
 				keepT, keepA = append(keepT, t), append(keepA, m.arrived[i])
 			case m.isExpired(t, now):
 				m.st.Expired++
 				m.fate(t, FateExpired)
+			case len(b.tasks) > 0 && m.bytes(b.tasks)+m.size(t) > m.byteLimit:
+				full = true
+				keepT, keepA = append(keepT, t), append(keepA, m.arrived[i])
 			default:
 				b.tasks, b.arrived = append(b.tasks, t), append(b.arrived, m.arrived[i])
 			}
@@ -201,7 +254,25 @@ func (m *refModel) complete(i int, r Result, now time.Time) {
 		m.reArrived = append(m.reArrived, b.arrived[j])
 	}
 	switch {
+	case r.Class == TooLarge && len(b.tasks) == 1:
+		m.st.TooLarge++
+		m.fate(b.tasks[0], FateTooLarge)
+	case r.Class == TooLarge: // split: half the batch's bytes at most (or tasks, if it measured < 2), and retry
+		if n := m.bytes(b.tasks); n >= 2 {
+			m.byteLimit = min(m.byteLimit, n/2)
+		} else {
+			m.limit = min(m.limit, len(b.tasks)/2)
+		}
+		m.splitAt = now
+		for j := range b.tasks {
+			retry(j)
+		}
 	case r.Class == Success && len(r.Items) == len(b.tasks):
+		if (m.limit < m.cfg.MaxBatch || m.byteLimit < m.cfg.MaxBatchBytes) && now.Sub(m.splitAt) >= m.recovery {
+			m.limit = min(m.cfg.MaxBatch, 2*m.limit)
+			m.byteLimit = min(m.cfg.MaxBatchBytes, 2*m.byteLimit)
+			m.splitAt = now
+		}
 		for j, o := range r.Items {
 			switch o {
 			case ItemOK:
@@ -242,6 +313,7 @@ func (m *refModel) complete(i int, r Result, now time.Time) {
 func (m *refModel) stats() Stats {
 	s := m.st
 	s.Pending = uint64(len(m.pending))
+	s.PendingBytes = uint64(m.bytes(m.pending))
 	s.InFlight = uint64(len(m.inflight))
 	s.ReprocessQueue = uint64(len(m.reprocess))
 	s.IdleWorkers = uint64(m.idle)
@@ -257,7 +329,9 @@ func (m *refModel) pendingStrings() []string {
 
 // randomResult draws a result for a batch of n tasks.
 func randomResult(rng *rand.Rand, n int) Result {
-	switch rng.IntN(6) {
+	switch rng.IntN(7) {
+	case 6:
+		return Result{Class: TooLarge}
 	case 0:
 		return Result{Class: Congestion}
 	case 1:
@@ -280,31 +354,45 @@ func TestCoreMatchesModel(t *testing.T) {
 		buffer, batch, workers int
 		delay, idle            time.Duration
 		newer                  bool
+		bufBytes, batchBytes   int // with Size (testSize) when bufBytes > 0
 	}{
-		{4, 1, 1, 0, 0, false},
-		{5, 2, 2, 0, 0, false},
-		{8, 3, 3, 0, 0, false},
-		{6, 4, 2, 30 * time.Millisecond, 0, false},
-		{3, 3, 4, 10 * time.Millisecond, 0, false},
-		{5, 2, 2, 0, 50 * time.Millisecond, false}, // IdleFlush without a window: no effect
-		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false},
-		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false}, // the window first
-		{4, 1, 1, 0, 0, true},
-		{5, 2, 2, 0, 0, true},
-		{8, 3, 3, 0, 0, true},
-		{6, 4, 2, 30 * time.Millisecond, 0, true},
-		{3, 3, 4, 10 * time.Millisecond, 0, true},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true},
+		{4, 1, 1, 0, 0, false, 0, 0},
+		{5, 2, 2, 0, 0, false, 0, 0},
+		{8, 3, 3, 0, 0, false, 0, 0},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 0, 0},
+		{3, 3, 4, 10 * time.Millisecond, 0, false, 0, 0},
+		{5, 2, 2, 0, 50 * time.Millisecond, false, 0, 0}, // IdleFlush without a window: no effect
+		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false, 0, 0},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false, 0, 0},
+		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false, 0, 0}, // the window first
+		{4, 1, 1, 0, 0, true, 0, 0},
+		{5, 2, 2, 0, 0, true, 0, 0},
+		{8, 3, 3, 0, 0, true, 0, 0},
+		{6, 4, 2, 30 * time.Millisecond, 0, true, 0, 0},
+		{3, 3, 4, 10 * time.Millisecond, 0, true, 0, 0},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 0, 0},
+		// Bytes: buffers and batches that fill in bytes before they fill in tasks,
+		// tasks bigger than a batch, and some bigger than the buffer (testSize).
+		{8, 5, 2, 0, 0, false, 20, 8},
+		{8, 8, 3, 0, 0, true, 30, 30},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 16, 5},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 25, 12},
+		{10, 10, 1, 0, 0, true, 12, 1},
 	} {
 		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v/newer=%v",
 			mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle, mc.newer)
+		if mc.bufBytes > 0 {
+			name += fmt.Sprintf("/bufbytes=%d/batchbytes=%d", mc.bufBytes, mc.batchBytes)
+		}
 		t.Run(name, func(t *testing.T) {
 			mod := func(c *Config[int]) {
 				c.MaxBuffer, c.MaxBatch, c.Workers = mc.buffer, mc.batch, mc.workers
 				c.MaxBatchingDelay, c.IdleFlush = mc.delay, mc.idle
 				if mc.newer {
 					c.Newer = byVersion
+				}
+				if mc.bufBytes > 0 {
+					c.MaxBufferBytes, c.MaxBatchBytes, c.Size = mc.bufBytes, mc.batchBytes, testSize
 				}
 			}
 			h := newHarness(t, mod)

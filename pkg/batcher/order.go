@@ -11,6 +11,9 @@ type holder[T any] struct {
 	// task is the waiting task. While the holder is only in flight, just task.ID is
 	// kept (the sent task lives in the batch) so the payload can be collected.
 	task Task[T]
+	// size is task's size (Config.Size) while the holder waits (its part of
+	// core.bytes) or is in the reprocess queue; 0 while it only flies.
+	size int
 	// arrived is when this task_id's slot entered pending. An override keeps it (the
 	// slot keeps its place, so it keeps its age too) and a retry keeps it (one that
 	// supersedes the pending task brings its own, the older), so a hot task_id can

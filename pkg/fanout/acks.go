@@ -196,6 +196,8 @@ func dropReason(f batcher.Fate) string {
 		return "expired: not sent within its ttl"
 	case batcher.FateStopped:
 		return "peer removed before the event was sent"
+	case batcher.FateTooLarge:
+		return "too large: the peer refused the event for its size (its receive limit is below it)"
 	}
 	return "dropped"
 }

@@ -103,10 +103,11 @@ func (c *Config) validate() error {
 	}
 	check(c.NodeID != "", "fanout.Config.NodeID", "must not be empty")
 	if c.Store != nil {
-		check(c.Limits.MaxEventBytes+c.Limits.MaxTaskIDBytes+c.Limits.MaxAttributeBytes+4096 <= store.MaxRawBytes, "fanout.Config.Limits.MaxEventBytes",
+		check(c.Limits.EventBytes() <= store.MaxRawBytes, "fanout.Config.Limits.MaxEventBytes",
 			"%d is too big with fanout.Config.Store set: an event is stored whole, at most %d bytes", c.Limits.MaxEventBytes, store.MaxRawBytes)
 	}
 	check(len(c.NodeID) <= MaxNodeIDBytes, "fanout.Config.NodeID", "is %d bytes, at most %d (a DNS name fits)", len(c.NodeID), MaxNodeIDBytes)
+	errs = append(errs, c.validateBytes()...)
 	check(len(c.Peers) == 0 || c.Dial != nil, "fanout.Config.Dial", "must be set when there are peers")
 	check(c.ReplicateTimeout > 0, "fanout.Config.ReplicateTimeout", "must be > 0, got %s", c.ReplicateTimeout)
 	check(c.AntiEntropyInterval >= 0, "fanout.Config.AntiEntropyInterval", "must be >= 0 (0: off), got %s", c.AntiEntropyInterval)
@@ -119,6 +120,59 @@ func (c *Config) validate() error {
 	check(c.Limits.MaxEvents > 0, "fanout.Config.Limits.MaxEvents", "must be > 0, got %d", c.Limits.MaxEvents)
 	check(c.Limits.MaxTaskIDBytes > 0, "fanout.Config.Limits.MaxTaskIDBytes", "must be > 0, got %d", c.Limits.MaxTaskIDBytes)
 	return errors.Join(errs...)
+}
+
+// maxEventBytes bounds --max-event-bytes, an event encoded, however it is kept: the
+// data dir's bound (store.MaxRawBytes), so that what a node accepts it can also keep.
+const maxEventBytes = store.MaxRawBytes
+
+// validateBytes checks that the byte bounds fit each other: one event at the limits
+// fits a request on the app listener, and a peer's pending buffer.
+func (c *Config) validateBytes() []error {
+	var errs []error
+	ev := c.Limits.EventBytes()
+	if c.Store == nil && c.Limits.MaxEventBytes > 0 && ev > maxEventBytes {
+		errs = append(errs, configerr.New("fanout.Config.Limits.MaxEventBytes",
+			"%d is too big: an event encodes to at most %d bytes", c.Limits.MaxEventBytes, maxEventBytes))
+	}
+	if c.Limits.MaxEventBytes > 0 && ev <= maxEventBytes {
+		if need := ev + messageOverhead; c.Limits.MaxRequestBytes < need {
+			errs = append(errs, configerr.New("fanout.Config.Limits.MaxRequestBytes",
+				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id and attributes: at least %d, got %d",
+				c.Limits.MaxEventBytes, need, c.Limits.MaxRequestBytes))
+		}
+		if need := replicateItemBytes(ev); c.Batcher.MaxBufferBytes < need {
+			errs = append(errs, configerr.New("batcher.Config.MaxBufferBytes",
+				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id and attributes: at least %d, got %d",
+				c.Limits.MaxEventBytes, need, c.Batcher.MaxBufferBytes))
+		}
+	}
+	return errs
+}
+
+// PeerMessageBytes is the receive and send limit of the peer listener and of the
+// connections to peers (gRPC refuses a bigger message with RESOURCE_EXHAUSTED before
+// decoding it): a Replicate request of Batcher.MaxBatchBytes, or an anti-entropy
+// message of SyncMessageBytes, plus one event at the limits (a batch or a message
+// stops before the event that does not fit, and an event bigger than one travels
+// alone), plus messageOverhead: 5,265,201 bytes (5.0 MiB) with the defaults. A peer
+// with the same limits takes every batch this node sends; one with smaller limits
+// refuses some, and the batcher splits them (batcher.TooLarge).
+func (c *Config) PeerMessageBytes() int {
+	sync := c.SyncMessageBytes
+	if sync <= 0 {
+		sync = 1 << 20 // antientropy's default
+	}
+	return max(c.Batcher.MaxBatchBytes, sync) + replicateItemBytes(c.Limits.EventBytes()) + messageOverhead
+}
+
+// AppSendBytes is the send limit of the app listener: a Subscribe message of at most
+// maxBatchBytes (the largest max_batch_bytes a request may ask for) or a Get page, plus
+// one entry (an event at the limits, its origin and its stamps), plus room; a
+// SubmitResponse of MaxEvents results is far smaller. Subscribe and Get keep to their
+// own bounds; this is the backstop.
+func (c *Config) AppSendBytes() int {
+	return maxBatchBytes + c.Limits.EntryBytes() + messageOverhead
 }
 
 func (c *Config) fillDefaults() {

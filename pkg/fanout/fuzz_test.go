@@ -3,7 +3,9 @@ package fanout
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -11,19 +13,25 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/peers"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // FuzzValidateSubmit decodes arbitrary bytes as a SubmitRequest, the way the gRPC codec
 // would, and checks that validation never panics and that what it accepts is within
-// every limit.
+// every limit, its encoded size (unknown fields included, with a version) too.
 func FuzzValidateSubmit(f *testing.F) {
 	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{
 		{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Ttl: durationpb.New(1)},
 	}})
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00})
+	// An event with 100 bytes of an unknown field 99.
+	f.Add([]byte{0x0a, 0x6a, 0x0a, 0x01, 'k', 0x9a, 0x06, 0x64, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a,
+		1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+		1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+		1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
 	l := DefaultLimits()
 	l.MaxEventBytes = 64
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -39,6 +47,11 @@ func FuzzValidateSubmit(f *testing.F) {
 				len(ev.Payload) > l.MaxEventBytes || len(ev.Attributes) > l.MaxAttributes ||
 				(ev.Ttl != nil && ev.Ttl.AsDuration() < 0) {
 				t.Fatalf("accepted events[%d] outside the limits: %v", i, ev)
+			}
+			versioned := proto.Clone(ev).(*fanoutv1.Event)
+			versioned.Version = math.MaxUint64 // the largest the node can assign
+			if n := proto.Size(versioned); n > l.EventBytes() {
+				t.Fatalf("accepted events[%d] of %d bytes encoded, EventBytes %d", i, n, l.EventBytes())
 			}
 		}
 	})
@@ -74,8 +87,9 @@ func FuzzReplicateBytes(f *testing.F) {
 }
 
 // FuzzReadEvent: the receive path's reader of an event's bytes (wire.go) agrees with
-// decoding the event and validating it (validateEvent, version > 0) on any bytes that
-// protobuf decodes, refuses what it does not, and reads the same task_id and version.
+// decoding the event and validating it (validateEvent, version > 0, and the bytes as
+// they arrived within EventBytes) on any bytes that protobuf decodes, refuses what it
+// does not, and reads the same task_id and version.
 func FuzzReadEvent(f *testing.F) {
 	for _, ev := range []*fanoutv1.Event{
 		{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Version: 3, Ttl: durationpb.New(1)},
@@ -86,6 +100,15 @@ func FuzzReadEvent(f *testing.F) {
 		b, _ := proto.Marshal(ev)
 		f.Add(b)
 	}
+	// Valid fields, then an unknown field 99 that takes the event past EventBytes, and
+	// a task_id repeated on the wire (protobuf keeps the last) that does too.
+	unknown := protowire.AppendBytes(protowire.AppendTag([]byte{0x0a, 0x01, 'k', 0x20, 0x01}, 99, protowire.BytesType), make([]byte, 200))
+	f.Add(unknown)
+	repeated := []byte{}
+	for range 30 {
+		repeated = append(repeated, 0x0a, 0x08, 'k', 'k', 'k', 'k', 'k', 'k', 'k', 'k')
+	}
+	f.Add(append(repeated, 0x20, 0x01))
 	l := DefaultLimits()
 	l.MaxEventBytes, l.MaxTaskIDBytes, l.MaxAttributes, l.MaxAttributeBytes = 64, 16, 2, 24
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -97,7 +120,7 @@ func FuzzReadEvent(f *testing.F) {
 			}
 			return
 		}
-		want := l.validateEvent(0, &ev) == nil && ev.GetVersion() != 0
+		want := l.validateEvent(0, &ev) == nil && ev.GetVersion() != 0 && len(b) <= l.EventBytes()
 		got := ok && h.version != 0 // the node answers INVALID for version 0 too
 		if ok && string(b[h.taskOff:h.taskOff+len(h.taskID)]) != string(h.taskID) {
 			t.Fatalf("task_id offset %d does not point at %q", h.taskOff, h.taskID)
@@ -163,6 +186,10 @@ func FuzzApplySync(f *testing.F) {
 				t.Fatalf("accepted entries[%d], which is not an event within the limits", i)
 			}
 			got, ok := n.table.Get(h.taskID)
+			if !ok && h.deleted && e.GetSubmittedAtUnixNanos() != 0 &&
+				e.GetSubmittedAtUnixNanos() <= time.Now().Add(-n.cfg.State.TombstoneTTL).UnixNano() {
+				continue // a deletion older than --tombstone-ttl of a key the table lacks is not stored (state.Table.put)
+			}
 			if !ok || got.Stamp.Version < h.version {
 				t.Fatalf("entries[%d] accepted, table has %v %+v, want version >= %d", i, ok, got.Stamp, h.version)
 			}

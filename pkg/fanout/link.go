@@ -80,16 +80,23 @@ func (l *link) failed(c batcher.Class, err error) {
 	if errors.Is(err, breaker.ErrOpen) {
 		return
 	}
-	class := "permanent"
+	class, hint := "permanent", ""
 	switch c {
 	case batcher.Congestion:
 		class = "congestion"
 	case batcher.NetworkFailure:
 		class = "network"
+	case batcher.TooLarge:
+		class, hint = "too_large", "the peer's receive limit is below this request (its --max-batch-bytes and "+
+			"--max-event-bytes, or this node's --max-event-bytes, differ): the batch is split and sent again; "+
+			"an event refused alone is dropped and counted in too_large"
 	}
 	if log, repeats := l.err.record(class, err.Error(), l.node.cfg.Now()); log {
-		l.node.log.Warn("replicate to peer failed", "peer", l.addr, "node_id", l.peerNodeID(), "class", class,
-			"err", err.Error(), "same_since_last_line", repeats)
+		attrs := []any{"peer", l.addr, "node_id", l.peerNodeID(), "class", class, "err", err.Error(), "same_since_last_line", repeats}
+		if hint != "" {
+			attrs = append(attrs, "what_happens", hint)
+		}
+		l.node.log.Warn("replicate to peer failed", attrs...)
 	}
 }
 
@@ -113,6 +120,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	// Coalescing keeps the highest version, never the latest arrival: every task of
 	// this batcher has this node as its origin, so the version alone decides.
 	bc.Newer = func(a, b *batcher.Task[*fanoutv1.Event]) bool { return a.Value.GetVersion() > b.Value.GetVersion() }
+	bc.Size = eventItemBytes // --max-batch-bytes and --max-buffer-bytes count the bytes sent
 	b, err := batcher.New(bc, l)
 	if err != nil {
 		conn.Close()
@@ -209,6 +217,8 @@ func (l *link) close() {
 
 func classOf(err error) batcher.Class {
 	switch {
+	case errors.Is(err, peers.ErrTooLarge):
+		return batcher.TooLarge
 	case errors.Is(err, peers.ErrCongestion):
 		return batcher.Congestion
 	case errors.Is(err, peers.ErrNetwork), errors.Is(err, breaker.ErrOpen):

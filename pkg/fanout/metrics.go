@@ -20,7 +20,7 @@ type Collector struct {
 }
 
 type descs struct {
-	peers, events, queue, idle, breaker, rtt                                   *prometheus.Desc
+	peers, events, queue, pendingBytes, idle, breaker, rtt                     *prometheus.Desc
 	syncRounds, syncKeys, syncBytes, syncLast, syncDur                         *prometheus.Desc
 	submitted, received, lag, ackWait, refused                                 *prometheus.Desc
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
@@ -42,10 +42,13 @@ func NewCollector(n *Node) *Collector {
 			"Events queued for a peer, by what happened to them: accepted (queued), overridden (replaced by a newer event "+
 				"of the same task_id before it was sent), overflow (evicted from a full queue, --max-buffer), expired (past "+
 				"its ttl), replayed (sent again after a failed call), succeeded (the peer answered OK), congestion, "+
-				"transient and permanent (in a call that failed so), stale (the peer held newer).", with("kind")...),
+				"transient and permanent (in a call that failed so), stale (the peer held newer), too_large (the peer "+
+				"refused it, alone, as bigger than it accepts).", with("kind")...),
 		queue: g("fanout_peer_queue_events",
 			"Events waiting for a peer, by queue: acceptor (handed over, not yet sorted), reprocess (to retry), "+
 				"pending (waiting for a worker), in_flight (in a Replicate call).", with("queue")...),
+		pendingBytes: g("fanout_peer_pending_bytes",
+			"Bytes of the events pending for a peer (encoded, as sent), bounded by --max-buffer-bytes.", peer...),
 		idle:    g("fanout_peer_idle_workers", "Workers of a peer's batcher not in a Replicate call (of --workers).", peer...),
 		breaker: g("fanout_peer_breaker_state", "1 for the peer's current circuit-breaker state: closed, open or half-open.", with("state")...),
 		rtt: g("fanout_peer_replicate_duration_seconds",
@@ -97,7 +100,7 @@ func NewCollector(n *Node) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
-	for _, x := range []*prometheus.Desc{d.peers, d.events, d.queue, d.idle, d.breaker, d.rtt,
+	for _, x := range []*prometheus.Desc{d.peers, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
 		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
@@ -124,6 +127,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, kv := range gauges(st) {
 			gauge(d.queue, float64(kv.v), addr, id, kv.k)
 		}
+		gauge(d.pendingBytes, float64(st.PendingBytes), addr, id)
 		gauge(d.idle, float64(st.IdleWorkers), addr, id)
 		gauge(d.breaker, 1, addr, id, l.br.State().String())
 		ch <- constHistogram(d.rtt, l.rtt, addr, id)
@@ -186,7 +190,7 @@ func counters(s batcher.Stats) []kv {
 		{"accepted", s.Accepted}, {"overridden", s.Overridden}, {"overflow", s.Overflow},
 		{"expired", s.Expired}, {"replayed", s.Replayed}, {"succeeded", s.Succeeded},
 		{"congestion", s.Congestion}, {"transient", s.Transient}, {"permanent", s.Permanent},
-		{"stale", s.Stale},
+		{"stale", s.Stale}, {"too_large", s.TooLarge},
 	}
 }
 

@@ -131,6 +131,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.links.Store(&links)
+	if e := cfg.Limits.EntryBytes(); e > defaultClientRecvBytes {
+		n.log.Warn("an entry at --max-event-bytes is bigger than gRPC clients receive by default: a Subscribe message "+
+			"or a Get page can be this big, so apps must raise their client's receive limit (e.g. grpc.MaxCallRecvMsgSize)",
+			"max_event_bytes", cfg.Limits.MaxEventBytes, "message_bytes", e, "client_default_bytes", defaultClientRecvBytes)
+	}
 	if persist != nil {
 		persist.durable = table.Revision() // everything loaded is on disk already
 		n.persistWG.Add(1)

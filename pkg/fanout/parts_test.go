@@ -2,12 +2,15 @@ package fanout
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -74,6 +77,20 @@ func TestHLCConcurrentUnique(t *testing.T) {
 	}
 }
 
+// bloated gives ev an unknown field 99 of n bytes, as a newer or a hostile client
+// would send it.
+func bloated(ev *fanoutv1.Event, n int) *fanoutv1.Event {
+	ev.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, n)))
+	return ev
+}
+
+// bloatedTTL is a ttl of one second with an unknown field of n bytes.
+func bloatedTTL(n int) *durationpb.Duration {
+	d := durationpb.New(time.Second)
+	d.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, n)))
+	return d
+}
+
 func TestValidateSubmit(t *testing.T) {
 	l := DefaultLimits()
 	l.MaxEventBytes = 10
@@ -99,6 +116,12 @@ func TestValidateSubmit(t *testing.T) {
 		{"negative ack_timeout", &fanoutv1.SubmitRequest{AckTimeout: durationpb.New(-time.Second)}, "ack_timeout: negative"},
 		{"unknown ack policy", &fanoutv1.SubmitRequest{Ack: 99}, "ack: unknown policy 99"},
 		{"too many events", &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, 10001)}, "events: 10001 events, at most 10000"},
+		{"a few unknown fields are fine (a newer client)", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{bloated(&fanoutv1.Event{TaskId: "k"}, 100)}}, ""},
+		{"unknown fields count toward the event's bytes", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "ok"}, bloated(&fanoutv1.Event{TaskId: "k"}, l.EventBytes())}},
+			// task_id 3, the unknown field's tag 2 and length 3, and 11 for the version to come
+			"events[1]: " + fmt.Sprint(3+2+3+l.EventBytes()+11) + " bytes encoded, at most " + fmt.Sprint(l.EventBytes())},
+		{"a ttl's unknown fields count too", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Ttl: bloatedTTL(l.EventBytes())}}}, "events[0]: "},
+		{"a version given leaves room for no assigned one", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{bloated(&fanoutv1.Event{TaskId: "k", Version: 1}, l.EventBytes()-3-2-4-11)}}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -113,12 +136,45 @@ func TestValidateSubmit(t *testing.T) {
 	}
 }
 
-func TestMaxMessageBytesFitsLimits(t *testing.T) {
-	l := DefaultLimits()
-	if got := l.MaxMessageBytes(250); got < 250*(l.MaxEventBytes+l.MaxAttributeBytes) {
-		t.Fatalf("MaxMessageBytes(250) = %d: a full batch of maximal events would not fit", got)
+// TestEventBytesIsTheMost: an event at every limit (the longest task_id, payload
+// and version, the most attributes of the most bytes, the longest ttl, deleted)
+// encodes to at most EventBytes, and not much less: the bound leaves unknown fields
+// no room beside a maximal event.
+func TestEventBytesIsTheMost(t *testing.T) {
+	for _, l := range []Limits{DefaultLimits(), {MaxTaskIDBytes: 16, MaxEventBytes: 64, MaxAttributes: 2, MaxAttributeBytes: 24}} {
+		attrs := map[string]string{}
+		per := l.MaxAttributeBytes / l.MaxAttributes
+		for i := range l.MaxAttributes {
+			k := fmt.Sprintf("%0*d", per/2, i)
+			attrs[k] = strings.Repeat("v", per-len(k))
+		}
+		ev := &fanoutv1.Event{
+			TaskId: strings.Repeat("t", l.MaxTaskIDBytes), Payload: make([]byte, l.MaxEventBytes), Attributes: attrs,
+			Version: math.MaxUint64, Ttl: &durationpb.Duration{Seconds: 315576000000, Nanos: 999999999}, Deleted: true,
+		}
+		if err := l.validateEvent(0, ev); err != nil {
+			t.Fatalf("the maximal event is invalid: %v", err)
+		}
+		size, bound := proto.Size(ev), l.EventBytes()
+		if size > bound || bound-size > 4*l.MaxAttributes+8 {
+			t.Errorf("limits %+v: the maximal event is %d bytes, EventBytes %d", l, size, bound)
+		}
 	}
-	if got := l.MaxMessageBytes(l.MaxEvents); got != 1<<30 {
-		t.Fatalf("MaxMessageBytes(max) = %d, want the 1 GiB cap", got)
+}
+
+// TestPeerMessageBytes: the peer listener takes a full batch plus one maximal event,
+// and an anti-entropy message plus one.
+func TestPeerMessageBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	item := replicateItemBytes(cfg.Limits.EventBytes())
+	if got, want := cfg.PeerMessageBytes(), cfg.Batcher.MaxBatchBytes+item+messageOverhead; got != want {
+		t.Errorf("PeerMessageBytes = %d, want %d", got, want)
+	}
+	cfg.SyncMessageBytes = 8 << 20
+	if got, want := cfg.PeerMessageBytes(), 8<<20+item+messageOverhead; got != want {
+		t.Errorf("with an 8 MiB sync message: %d, want %d", got, want)
+	}
+	if def := DefaultConfig(); def.PeerMessageBytes() > 6<<20 {
+		t.Errorf("default PeerMessageBytes = %d, want about 5 MiB", def.PeerMessageBytes())
 	}
 }

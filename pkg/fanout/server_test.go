@@ -169,6 +169,9 @@ func TestReplicateItemStatuses(t *testing.T) {
 		{"a version far ahead of the clock is INVALID", "x", []*fanoutv1.Event{{TaskId: "t1", Version: ^uint64(0)}}, []fanoutv1.ItemStatus{invalid}},
 		{"a delete is a write like any other", "x", []*fanoutv1.Event{{TaskId: "t2", Version: 11, Deleted: true}}, []fanoutv1.ItemStatus{ok}},
 		{"invalid events", "x", []*fanoutv1.Event{{TaskId: ""}, {TaskId: "v0", Version: 0}, {TaskId: "big", Version: 1, Payload: make([]byte, 2<<20)}}, []fanoutv1.ItemStatus{invalid, invalid, invalid}},
+		{"unknown fields count toward the event's bytes", "x", []*fanoutv1.Event{
+			bloated(&fanoutv1.Event{TaskId: "t1", Version: 20}, 100), bloated(&fanoutv1.Event{TaskId: "u2", Version: 5}, cfg.Limits.EventBytes()),
+		}, []fanoutv1.ItemStatus{ok, invalid}},
 		{"our own origin is never delivered", "r", []*fanoutv1.Event{{TaskId: "t9", Version: 1}}, []fanoutv1.ItemStatus{stale}},
 	}
 	for _, s := range steps {

@@ -39,6 +39,8 @@ func (l *link) status() *fanoutv1.PeerStatus {
 		Transient:      st.Transient,
 		Permanent:      st.Permanent,
 		Stale:          st.Stale,
+		TooLarge:       st.TooLarge,
+		PendingBytes:   st.PendingBytes,
 		AcceptorQueue:  st.AcceptorQueue,
 		ReprocessQueue: st.ReprocessQueue,
 		IdleWorkers:    st.IdleWorkers,

@@ -19,8 +19,14 @@ var ErrCompacted = errors.New("fanout: revision compacted; subscribe with snapsh
 // Bounds of one Subscribe stream's messages.
 const (
 	// defaultBatchBytes caps a response when the request sets no max_batch_bytes:
-	// 1 MiB, a quarter of the 4 MiB gRPC clients accept by default.
+	// 1 MiB, a quarter of the 4 MiB gRPC clients accept by default. An entry bigger
+	// than the cap goes alone, in a message of at most Limits.EntryBytes: with the
+	// default --max-event-bytes that is 1 MiB + 19 KiB, so a client that keeps gRPC's
+	// default receive limit reads every message (New warns when the limits break
+	// that).
 	defaultBatchBytes = 1 << 20
+	// defaultClientRecvBytes is gRPC's default receive limit of a client.
+	defaultClientRecvBytes = 4 << 20
 	// maxBatchBytes is the largest max_batch_bytes a request may ask for.
 	maxBatchBytes = 64 << 20
 )

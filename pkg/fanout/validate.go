@@ -6,6 +6,8 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/store"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // MaxNodeIDBytes bounds a node id (--node-id, and the origin of every replicated
@@ -26,6 +28,12 @@ type Limits struct {
 	MaxAttributeBytes int
 	// MaxEvents bounds the events of one request. 10000: the pending buffer per peer.
 	MaxEvents int
+	// MaxRequestBytes bounds one request on the app listener, encoded: gRPC refuses a
+	// bigger one with RESOURCE_EXHAUSTED before it decodes any of it
+	// (--max-request-bytes). 16 MiB: a request of 10,000 events (MaxEvents) of up to
+	// 1.6 KiB each, or of 15 events at the default MaxEventBytes; the sidecar holds
+	// about twice a request while it decodes it. At least one event of EventBytes.
+	MaxRequestBytes int
 }
 
 // DefaultLimits returns the limits of SPEC §10.
@@ -36,18 +44,70 @@ func DefaultLimits() Limits {
 		MaxAttributes:     64,
 		MaxAttributeBytes: 16 << 10,
 		MaxEvents:         10000,
+		MaxRequestBytes:   16 << 20,
 	}
 }
 
-// MaxMessageBytes is the gRPC receive limit that matches these limits for a request of
-// maxEvents events: a request that stays within Limits always fits. It is capped at
-// 1 GiB; a request bigger than that is refused by gRPC (RESOURCE_EXHAUSTED) before it
-// is decoded.
-func (l Limits) MaxMessageBytes(maxEvents int) int {
-	perEvent := int64(l.MaxTaskIDBytes) + int64(l.MaxEventBytes) + int64(l.MaxAttributeBytes) +
-		int64(l.MaxAttributes)*8 + 64 // tags, lengths, version, ttl
-	total := perEvent*int64(maxEvents) + 4096
-	return int(min(total, 1<<30))
+// EventBytes is the most bytes an event within the limits encodes to, tags and
+// lengths included: a task_id of MaxTaskIDBytes, a payload of MaxEventBytes,
+// MaxAttributes attributes of MaxAttributeBytes in all, a version, a ttl and deleted
+// (1,066,787 bytes, 1 MiB + 17.8 KiB, with the defaults). Every event is held to it as
+// encoded, beside its fields' own bounds: on the app path as Submit will encode it
+// (validateSubmit), on the peer path as it arrived (readEvent). So unknown fields, and
+// fields repeated on the wire, count: they may take only what the known fields leave,
+// and an event can never be bigger than this however it was written.
+func (l Limits) EventBytes() int {
+	field := func(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+	a := l.MaxAttributeBytes
+	// One map entry's tags and lengths: the entry's, its key's and its value's.
+	entry := 1 + protowire.SizeVarint(uint64(a+2+2*protowire.SizeVarint(uint64(a)))) + 2 + 2*protowire.SizeVarint(uint64(a))
+	const (
+		version = 1 + 10                // tag, a 64-bit varint
+		ttl     = 1 + 1 + 1 + 6 + 1 + 5 // tag, length; seconds <= 315576000000, nanos < 1e9
+		deleted = 1 + 1
+	)
+	return field(l.MaxTaskIDBytes) + field(l.MaxEventBytes) + a + l.MaxAttributes*entry + version + ttl + deleted
+}
+
+// EntryBytes is the most bytes one entry of the state table takes in a Subscribe
+// message or a Get page: an event of EventBytes with its origin (at most
+// MaxNodeIDBytes), submitted_at and revision, and the tags and lengths around them. A
+// message carries one such entry when it is bigger than the message's cap.
+func (l Limits) EntryBytes() int {
+	ev := 1 + protowire.SizeVarint(uint64(l.EventBytes())) + l.EventBytes()
+	entry := ev + 1 + 2 + MaxNodeIDBytes + (1 + 1 + 1 + 10 + 1 + 5) + (1 + 10) // origin, submitted_at, revision
+	return 1 + protowire.SizeVarint(uint64(entry)) + entry
+}
+
+// replicateItemBytes is what an event of n encoded bytes adds to a ReplicateRequest:
+// its events field (tag, length, the event) and its submitted_at_unix_nanos entry
+// (packed, at most 10 bytes).
+func replicateItemBytes(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n + 10 }
+
+// messageOverhead is room, in a message's size bound, for its fields other than the
+// events it carries: a ReplicateRequest's origin_node (at most MaxNodeIDBytes) and the
+// header of its packed submitted_at_unix_nanos; a Push or Pull message's node id.
+const messageOverhead = 4 << 10
+
+// validateEventBytes holds event i, already within its fields' bounds, to EventBytes
+// as Submit will encode it: with a version of the largest size if it has none yet (the
+// node assigns one). Only unknown fields can take such an event past EventBytes
+// (TestEventBytesIsTheMost: a maximal event fits), in the event or in its ttl (a map
+// entry's are dropped when it is decoded), so an event without any is not measured.
+func (l Limits) validateEventBytes(i int, ev *fanoutv1.Event) *InvalidError {
+	if len(ev.ProtoReflect().GetUnknown()) == 0 && (ev.GetTtl() == nil || len(ev.GetTtl().ProtoReflect().GetUnknown()) == 0) {
+		return nil
+	}
+	n := proto.Size(ev)
+	if ev.GetVersion() == 0 {
+		n += 1 + 10
+	}
+	if bound := l.EventBytes(); n > bound {
+		return invalid(fmt.Sprintf("events[%d]", i), "%d bytes encoded, at most %d (a payload of --max-event-bytes %d, "+
+			"and room for task_id, attributes, version and ttl); fields this sidecar does not know count too: "+
+			"send a smaller event, or only the fields of fanout.v1.Event", n, bound, l.MaxEventBytes)
+	}
+	return nil
 }
 
 // InvalidError is a rejected request. Its message names the field and event index,
@@ -81,6 +141,9 @@ func (l Limits) validateSubmit(req *fanoutv1.SubmitRequest) error {
 	}
 	for i, ev := range req.GetEvents() {
 		if err := l.validateEvent(i, ev); err != nil {
+			return err
+		}
+		if err := l.validateEventBytes(i, ev); err != nil {
 			return err
 		}
 	}

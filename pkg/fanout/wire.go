@@ -5,9 +5,11 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // The receive path is pass-through: a replicated event stays in the bytes its origin
@@ -101,6 +103,16 @@ func parseReplicate(b []byte, r *rawReplicate) error {
 	return nil
 }
 
+// cachedSize reads an event's encoded size from protobuf's size cache. Node.prepare
+// has just encoded every event it offers, after the last change to it (its version),
+// which filled the cache; nothing changes an event after that.
+var cachedSize = proto.MarshalOptions{UseCachedSize: true}
+
+// eventItemBytes is what ev adds to a ReplicateRequest: the batcher's Config.Size, so
+// that a batch of MaxBatchBytes is a request of at most that plus messageOverhead,
+// and pending's bytes are what would be sent.
+func eventItemBytes(ev *fanoutv1.Event) int { return replicateItemBytes(cachedSize.Size(ev)) }
+
 // eventHead is what a receiver reads of one event.
 type eventHead struct {
 	taskID  []byte // aliases the event's bytes, at taskOff
@@ -113,10 +125,15 @@ type eventHead struct {
 // exactly as validateEvent checks the decoded Event, with protobuf's decoding rules: a
 // string must be UTF-8, a repeated scalar keeps its last value, a repeated message
 // merges, a known field number with another wire type is an unknown field, and map
-// entries with the same key keep the last. It reports false for an event to answer
-// INVALID. FuzzReadEvent compares it with proto.Unmarshal plus validateEvent.
+// entries with the same key keep the last. The event as a whole, as it arrived, is
+// held to EventBytes: unknown and repeated fields count. It reports false for an event
+// to answer INVALID. FuzzReadEvent compares it with proto.Unmarshal plus validateEvent
+// and the size.
 func (l Limits) readEvent(b []byte) (eventHead, bool) {
 	var h eventHead
+	if len(b) > l.EventBytes() {
+		return h, false
+	}
 	payload := 0
 	attrs, attrBytes := 0, 0     // as on the wire; exact unless a key repeats
 	var ttlSecs, ttlNanos uint64 // merged over every ttl field

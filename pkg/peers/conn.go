@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -16,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The three failure classes of a Replicate call (SPEC §5). Errors returned by
-// Conn.Replicate wrap exactly one of them.
+// The failure classes of a Replicate call (SPEC §5, and ErrTooLarge, ours). Errors
+// returned by Conn.Replicate wrap exactly one of them.
 var (
 	// ErrCongestion: the peer is overloaded; back off for the congestion delay.
 	ErrCongestion = errors.New("peers: congestion")
@@ -25,12 +26,18 @@ var (
 	ErrNetwork = errors.New("peers: network failure")
 	// ErrPermanent: retrying the same batch will not help; drop it.
 	ErrPermanent = errors.New("peers: permanent failure")
+	// ErrTooLarge: the request was bigger than the peer accepts, or than this
+	// connection sends (gRPC's RESOURCE_EXHAUSTED "message larger than max").
+	// Retrying it whole will not help, and it is not congestion: split it.
+	ErrTooLarge = errors.New("peers: message too large")
 )
 
 // Options configure a Conn.
 type Options struct {
-	// MaxMessageBytes bounds a Replicate request and response. 0 means 4 MiB (gRPC's
-	// default).
+	// MaxMessageBytes bounds every message sent and received on the connection: a
+	// Replicate request, an anti-entropy message. 0 means 4 MiB (gRPC's default
+	// receive limit). A request bigger than this is refused before it is sent
+	// (ErrTooLarge).
 	MaxMessageBytes int
 	// Creds are the transport credentials. nil means plaintext.
 	Creds credentials.TransportCredentials
@@ -105,15 +112,18 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// Classify maps an error from a Replicate call to one of the three classes (SPEC §5):
+// Classify maps an error from a Replicate call to one of the classes (SPEC §5):
 // RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED are congestion (a timed-out peer is usually
-// an overloaded one, Eureka PR #1031); UNAVAILABLE, CANCELED and errors that carry no
-// status (connection errors) are network failures; everything else is permanent.
+// an overloaded one, Eureka PR #1031), except a RESOURCE_EXHAUSTED that says a
+// message was larger than a limit, which is ErrTooLarge (ours: the same request would
+// be refused again however long the sender waits); UNAVAILABLE, CANCELED and errors
+// that carry no status (connection errors) are network failures; everything else is
+// permanent.
 func Classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, ErrCongestion) || errors.Is(err, ErrNetwork) || errors.Is(err, ErrPermanent) {
+	if errors.Is(err, ErrCongestion) || errors.Is(err, ErrNetwork) || errors.Is(err, ErrPermanent) || errors.Is(err, ErrTooLarge) {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -126,7 +136,19 @@ func Classify(err error) error {
 	if !ok {
 		return fmt.Errorf("%w: %v", ErrNetwork, err)
 	}
+	if tooLarge(s) {
+		return fmt.Errorf("%w: %s", ErrTooLarge, s.Message())
+	}
 	return fmt.Errorf("%w: %s", classOf(s.Code()), s.Message())
+}
+
+// tooLarge reports whether s is gRPC refusing a message for its size: the receiving
+// server's "grpc: received message larger than max (N vs. M)", or the sending
+// client's "grpc: trying to send message larger than max (N vs. M)" (grpc-go's
+// rpc_util.go; "after decompression" too). Only gRPC's own refusal says this: a
+// handler's RESOURCE_EXHAUSTED (a busy peer) stays congestion.
+func tooLarge(s *status.Status) bool {
+	return s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "larger than max")
 }
 
 func classOf(c codes.Code) error {

@@ -24,6 +24,10 @@ func TestClassify(t *testing.T) {
 		want error
 	}{
 		{status.Error(codes.ResourceExhausted, "full"), ErrCongestion},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5000 vs. 4096)"), ErrTooLarge},
+		{status.Error(codes.ResourceExhausted, "grpc: trying to send message larger than max (5000 vs. 4096)"), ErrTooLarge},
+		{status.Error(codes.Internal, "message larger than max"), ErrPermanent},
+		{fmt.Errorf("wrapped: %w", ErrTooLarge), ErrTooLarge},
 		{status.Error(codes.DeadlineExceeded, "slow"), ErrCongestion},
 		{context.DeadlineExceeded, ErrCongestion},
 		{status.Error(codes.Unavailable, "down"), ErrNetwork},
@@ -139,5 +143,43 @@ func TestFakeNetwork(t *testing.T) {
 	})
 	if _, err := c.Replicate(context.Background(), &fanoutv1.ReplicateRequest{}); !errors.Is(err, ErrCongestion) {
 		t.Fatalf("DEADLINE_EXCEEDED → %v, want congestion", err)
+	}
+}
+
+// TestConnTooLarge: a request over the peer's receive limit, or over the
+// connection's own send limit, is refused by gRPC itself with RESOURCE_EXHAUSTED,
+// and Classify tells it from congestion by gRPC's message.
+func TestConnTooLarge(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(4096))
+	fanoutv1.RegisterPeerServiceServer(srv, peerFunc{f: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		return &fanoutv1.ReplicateResponse{NodeId: "p", Statuses: make([]fanoutv1.ItemStatus, len(r.Events))}, nil
+	}})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	big := &fanoutv1.ReplicateRequest{OriginNode: "x", Events: []*fanoutv1.Event{{TaskId: "k", Version: 1, Payload: make([]byte, 8192)}}}
+	small := &fanoutv1.ReplicateRequest{OriginNode: "x", Events: []*fanoutv1.Event{{TaskId: "k", Version: 1}}}
+	for _, tc := range []struct {
+		name  string
+		limit int
+	}{{"the peer refuses it", 1 << 20}, {"this connection refuses to send it", 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Dial(lis.Addr().String(), Options{MaxMessageBytes: tc.limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := c.Replicate(ctx, big); !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrCongestion) {
+				t.Fatalf("8 KiB request, 4 KiB limit → %v, want too large", err)
+			}
+			if _, err := c.Replicate(ctx, small); err != nil {
+				t.Fatalf("a small request after it → %v", err)
+			}
+		})
 	}
 }

@@ -16,10 +16,9 @@ const (
 	// a receiver puts on ReplicateRequest.origin_node (fanout.Limits.MaxTaskIDBytes).
 	// Its length takes two bytes on disk.
 	MaxOriginBytes = 1024
-	// MaxRawBytes bounds an encoded event. --max-event-bytes (default 1 MiB) has no
-	// ceiling of its own, but gRPC's receive limit is capped at 1 GiB
-	// (fanout.Limits.MaxMessageBytes), and one event is never bigger than the message
-	// that carries it. pebble takes values up to 4 GiB.
+	// MaxRawBytes bounds an encoded event. A node never takes a bigger one: an event
+	// is held to fanout.Limits.EventBytes as encoded, and --max-event-bytes is refused
+	// if that could pass this. pebble takes values up to 4 GiB.
 	MaxRawBytes = 1 << 30
 )
 

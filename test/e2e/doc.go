@@ -47,6 +47,13 @@
 //     absent app, a killed origin and two origins on the same tasks, each during a
 //     paced load, then healed.
 //
+// bytes_test.go checks that every byte is bounded (issue 12, item 4): a 300 MiB
+// message to either listener is refused within seconds while the node's peak RSS
+// (/proc/<pid>/status VmHWM) stays far below it; unknown fields count toward an
+// event's bytes on both paths; a peer that takes smaller messages than its sender
+// sends gets split batches and drops (too_large) what it refuses alone, never a retry
+// loop.
+//
 // The tests of the state table (SPEC §13) are watch_test.go (snapshot, resume,
 // prefixes, large batches), isolation_test.go (a frozen subscriber, a publish-only
 // node), lww_test.go (the highest version wins) and TestFullStateTablePushesBack in

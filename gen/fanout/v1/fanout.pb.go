@@ -1284,7 +1284,15 @@ type PeerStatus struct {
 	// last_error is the latest Replicate to this peer that failed: why the peer is
 	// not getting its events (an unknown host, a refused connection, a timeout).
 	// Refusals by this node's own open breaker do not replace it. Unset if none.
-	LastError     *PeerError `protobuf:"bytes,20,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastError *PeerError `protobuf:"bytes,20,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// too_large counts events the peer refused as too large even alone (gRPC's
+	// RESOURCE_EXHAUSTED "message larger than max": its receive limit is below this
+	// event). They are dropped; a WARN line names their task_ids. A batch the peer
+	// refuses as too large is split and sent again, not counted here.
+	TooLarge uint64 `protobuf:"varint,21,opt,name=too_large,json=tooLarge,proto3" json:"too_large,omitempty"`
+	// pending_bytes is the size of the pending events (encoded, as sent), bounded by
+	// --max-buffer-bytes as pending is by --max-buffer.
+	PendingBytes  uint64 `protobuf:"varint,22,opt,name=pending_bytes,json=pendingBytes,proto3" json:"pending_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1459,12 +1467,28 @@ func (x *PeerStatus) GetLastError() *PeerError {
 	return nil
 }
 
+func (x *PeerStatus) GetTooLarge() uint64 {
+	if x != nil {
+		return x.TooLarge
+	}
+	return 0
+}
+
+func (x *PeerStatus) GetPendingBytes() uint64 {
+	if x != nil {
+		return x.PendingBytes
+	}
+	return 0
+}
+
 // PeerError is one failed Replicate call to a peer.
 type PeerError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// class is how the sender treats it: "network" (retried after
 	// --network-failure-retry-delay; counts against the breaker), "congestion"
-	// (retried after --congestion-retry-delay) or "permanent" (the batch is dropped).
+	// (retried after --congestion-retry-delay), "too_large" (the peer refused the
+	// request for its size: the batch is split and sent again at once, an event
+	// refused alone is dropped) or "permanent" (the batch is dropped).
 	Class         string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
@@ -1747,7 +1771,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\arefused\x18\b \x01(\x04R\arefused\x12\x14\n" +
 	"\x05stale\x18\t \x01(\x04R\x05stale\x12\x1c\n" +
 	"\tcollected\x18\n" +
-	" \x01(\x04R\tcollected\"\x81\x05\n" +
+	" \x01(\x04R\tcollected\"\xc3\x05\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
@@ -1775,7 +1799,9 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\fidle_workers\x18\x12 \x01(\x04R\vidleWorkers\x12)\n" +
 	"\x04sync\x18\x13 \x01(\v2\x15.fanout.v1.SyncStatusR\x04sync\x123\n" +
 	"\n" +
-	"last_error\x18\x14 \x01(\v2\x14.fanout.v1.PeerErrorR\tlastError\"g\n" +
+	"last_error\x18\x14 \x01(\v2\x14.fanout.v1.PeerErrorR\tlastError\x12\x1b\n" +
+	"\ttoo_large\x18\x15 \x01(\x04R\btooLarge\x12#\n" +
+	"\rpending_bytes\x18\x16 \x01(\x04R\fpendingBytes\"g\n" +
 	"\tPeerError\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
