@@ -53,6 +53,12 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 			}
 		})
 	}()
+	// The stream reads changes after the revision it registers at: an event stored
+	// before would be missed, and the benchmark would wait for it forever (it did, once
+	// in ~15 runs on a loaded machine).
+	for nb.subscribers.Load() == 0 {
+		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
+	}
 	return na, nb, got, func() {
 		cancel()
 		<-done
