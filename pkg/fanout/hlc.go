@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,18 +98,69 @@ func (c *hlc) raise(v uint64) {
 // How far ahead of this node's clock a version may be. A version is the last-writer-
 // wins order, so one far in the future would win every later write of its key on
 // every node (2^64-1 would freeze the key for good). Bounding it means a bad write
-// holds a key for at most this long: after that the clock's own versions pass it.
-// App counters (1, 2, 3, ...) are far below the bound; unix nanoseconds are above it.
+// holds a key for at most this long over writes of its own scheme: after that, the
+// writers' versions pass it.
 const (
 	// maxAppAhead bounds the versions an app submits: the HLC's own skew allowance.
 	maxAppAhead = maxObservedSkew
-	// maxPeerAhead bounds the versions a peer replicates: the origin checked them
-	// against its own clock, so this allows for the two clocks' skew on top. A
-	// version above it is answered INVALID.
+	// maxPeerAhead bounds the versions a peer replicates or anti-entropy brings: the
+	// origin checked them against its own clock, so this allows for the two clocks'
+	// skew on top. A version above it is answered INVALID.
 	maxPeerAhead = maxObservedSkew + 4*time.Minute
 )
 
-// maxVersion is the highest version accepted at now with the given allowance.
+// Versions fall in two bands, told apart by value alone, so that the rule needs
+// nothing on the wire or in the state table and holds the same on every path (Submit,
+// Replicate, anti-entropy, the data dir):
+//
+//   - below nanosBand: the sidecar's own versions (milliseconds << 16, ~1.2e17 in
+//     2026) and every small scheme an app may use instead (counters, Unix seconds,
+//     milliseconds, microseconds: all below the clock's current versions). Bounded
+//     by the clock: at most the skew allowance ahead of wallVersion(now).
+//   - from nanosBand up: Unix nanoseconds (~1.8e18 in 2026), an app's other common
+//     choice. Bounded the same way on their own scale: at most the skew allowance
+//     ahead of now.UnixNano().
+//
+// nanosBand is 2000-01-01 in Unix nanoseconds, 9.47e17: no Unix-nanosecond clock of
+// a running system is below it, and the sidecar's versions reach it only in the year
+// 2427 (TestVersionBands). A version between the two bounds (a clock-scale version
+// too far ahead, or a nanosecond one from before 2000) and one past the nanosecond
+// bound (2^64-1) are refused, and counted (fanout_versions_refused_total).
+//
+// The clock moves only past versions within its own skew allowance (observe), so
+// nanosecond versions never drag it: the sidecar's own versions stay in their band.
+// One key should keep one scheme: any nanosecond version outranks every version of
+// the lower band, so a key moved to nanoseconds stays there.
+const nanosBand = uint64(946684800) * uint64(time.Second)
+
+// versionBound is the highest version each band accepts at one instant, computed once
+// per request.
+type versionBound struct{ clock, nanos uint64 }
+
+func newVersionBound(now time.Time, ahead time.Duration) versionBound {
+	return versionBound{clock: maxVersion(now, ahead), nanos: uint64(now.Add(ahead).UnixNano())}
+}
+
+// allows reports whether v is a valid version: not 0, and within its band's bound.
+func (b versionBound) allows(v uint64) bool {
+	if v < nanosBand {
+		return v != 0 && v <= b.clock
+	}
+	return v <= b.nanos
+}
+
+// explain says why b refuses v, naming the accepted ranges.
+func (b versionBound) explain(v uint64, ahead time.Duration) string {
+	if v == 0 {
+		return "0 is not a version"
+	}
+	return fmt.Sprintf("%d is more than %s ahead of this node's clock: a version is at most %d (the sidecar's scale, "+
+		"Unix milliseconds << %d; counters and Unix seconds, milliseconds or microseconds are below it) or, from %d, "+
+		"at most %d (Unix nanoseconds)", v, ahead, b.clock, logicalBits, nanosBand, b.nanos)
+}
+
+// maxVersion is the highest version of the sidecar's scale accepted at now with the
+// given allowance.
 func maxVersion(now time.Time, ahead time.Duration) uint64 {
 	return wallVersion(now.Add(ahead)) | (1<<logicalBits - 1)
 }

@@ -22,7 +22,7 @@ type Collector struct {
 type descs struct {
 	peers, events, queue, pendingBytes, idle, breaker, rtt                     *prometheus.Desc
 	syncRounds, syncKeys, syncBytes, syncLast, syncDur                         *prometheus.Desc
-	submitted, received, lag, ackWait, refused                                 *prometheus.Desc
+	submitted, received, lag, ackWait, refused, versions                       *prometheus.Desc
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                *prometheus.Desc
 }
@@ -75,6 +75,9 @@ func NewCollector(n *Node) *Collector {
 		refused: g("fanout_peer_calls_refused_total",
 			"Replicate calls refused with peers authenticated (mutual TLS), by reason: unauthenticated (no client certificate), "+
 				"origin (origin_node is not the caller's node id).", "reason"),
+		versions: g("fanout_versions_refused_total",
+			"Versions refused as too far ahead of this node's clock (or 0 from a peer), by where they came from: app (the whole Submit is "+
+				"refused), peer (that event of a Replicate is answered invalid), anti_entropy (the whole sync message is refused).", "from"),
 		keys:       g("fanout_state_keys", "Keys in the state table, tombstones included."),
 		keysLimit:  g("fanout_state_keys_limit", "The bound on keys: --state-max-keys."),
 		bytes:      g("fanout_state_bytes", "Event bytes in the state table, tombstones included."),
@@ -101,7 +104,7 @@ func NewCollector(n *Node) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, x := range []*prometheus.Desc{d.peers, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
-		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused,
+		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
 		ch <- x
@@ -145,6 +148,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(d.refused, n.refused.unauthenticated.Load(), "unauthenticated")
 	counter(d.refused, n.refused.origin.Load(), "origin")
+	counter(d.versions, n.versionsRefused.app.Load(), "app")
+	counter(d.versions, n.versionsRefused.peer.Load(), "peer")
+	counter(d.versions, n.versionsRefused.sync.Load(), "anti_entropy")
 	for _, p := range ackPolicies {
 		ch <- constHistogram(d.ackWait, n.ackWait.h[p][0], ackPolicyName(p), "false")
 		ch <- constHistogram(d.ackWait, n.ackWait.h[p][1], ackPolicyName(p), "true")

@@ -49,6 +49,8 @@ type Node struct {
 	received  receivedStats
 	ackWait   *ackWaits
 	refused   refusals // peer calls authorize refused (auth.go)
+	// versionsRefused counts versions refused as too far ahead (hlc.go), by path.
+	versionsRefused struct{ app, peer, sync atomic.Uint64 }
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
@@ -244,12 +246,12 @@ func (n *Node) precheck(req *fanoutv1.SubmitRequest) error {
 	if err := n.cfg.Limits.validateSubmit(req); err != nil {
 		return err
 	}
-	limit := maxVersion(n.cfg.Now(), maxAppAhead)
+	bound := newVersionBound(n.cfg.Now(), maxAppAhead)
 	for i, ev := range req.GetEvents() {
-		if ev.GetVersion() > limit {
-			return invalid(fmt.Sprintf("events[%d].version", i),
-				"%d is more than %s ahead of this node's clock (at most %d now, in milliseconds << %d): "+
-					"use 0 to let the sidecar assign versions, or a counter below that", ev.GetVersion(), maxAppAhead, limit, logicalBits)
+		if v := ev.GetVersion(); v != 0 && !bound.allows(v) {
+			n.versionsRefused.app.Add(1)
+			return invalid(fmt.Sprintf("events[%d].version", i), "%s; use 0 to let the sidecar assign versions",
+				bound.explain(v, maxAppAhead))
 		}
 	}
 	return nil
@@ -496,11 +498,11 @@ func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.Re
 	}
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
 	now := n.cfg.Now()
-	limit := maxVersion(now, maxPeerAhead)
+	bound := newVersionBound(now, maxPeerAhead)
 	from := n.received.of(req.origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.events {
-		st := n.admit(i, raw, &req, now, limit)
+		st := n.admit(i, raw, &req, now, bound)
 		resp.Statuses[i] = st
 		counts[recvOutcome(st)]++
 		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.submitted) > i {
@@ -528,9 +530,13 @@ func (n *Node) validateReplicate(req *rawReplicate) error {
 }
 
 // admit stores event i of req in the state table if it wins.
-func (n *Node) admit(i int, raw []byte, req *rawReplicate, now time.Time, limit uint64) fanoutv1.ItemStatus {
+func (n *Node) admit(i int, raw []byte, req *rawReplicate, now time.Time, bound versionBound) fanoutv1.ItemStatus {
 	h, ok := n.cfg.Limits.readEvent(raw)
-	if !ok || h.version == 0 || h.version > limit {
+	if !ok {
+		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
+	}
+	if !bound.allows(h.version) {
+		n.versionsRefused.peer.Add(1)
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
 	if req.origin == n.cfg.NodeID {

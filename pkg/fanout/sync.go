@@ -298,15 +298,16 @@ func (n *Node) applySync(entries []*fanoutv1.SyncEntry) (int, error) {
 		return 0, ErrDraining
 	}
 	now := n.cfg.Now()
-	limit := maxVersion(now, maxPeerAhead)
+	bound := newVersionBound(now, maxPeerAhead)
 	heads := make([]eventHead, len(entries))
 	for i, e := range entries {
 		h, ok := n.cfg.Limits.readEvent(e.GetEvent())
 		switch o := e.GetOrigin(); {
 		case !ok:
 			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")
-		case h.version == 0 || h.version > limit:
-			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%d is 0 or more than %s ahead of this node's clock", h.version, maxPeerAhead)
+		case !bound.allows(h.version):
+			n.versionsRefused.sync.Add(1)
+			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%s", bound.explain(h.version, maxPeerAhead))
 		case o == "" || len(o) > MaxNodeIDBytes:
 			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), MaxNodeIDBytes)
 		}

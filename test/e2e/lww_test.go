@@ -95,8 +95,11 @@ func waitGet(t *testing.T, c *cluster, task string, want expected, nodes ...int)
 //   - v1000, then v500, with C killed: v500 is STALE at A, and at B once B holds
 //     v1000; neither response reports a peer PENDING (v500 is never sent); C,
 //     restarted, gets v1000 from A's queue, and every node ends on (1000, A).
-//   - versions far ahead of the clock (2^64-1; ten minutes ahead) are refused with
-//     INVALID_ARGUMENT naming the field, and stored nowhere.
+//   - versions far ahead of the clock (2^64-1; ten minutes ahead, on the sidecar's
+//     scale and in Unix nanoseconds) are refused with INVALID_ARGUMENT naming the
+//     field, counted in fanout_versions_refused_total, and stored nowhere;
+//   - an app's Unix-nanosecond versions are taken and replicated, later ones win,
+//     and the sidecar's own versions stay on its clock (not dragged ahead).
 func TestHighestVersionWins(t *testing.T) {
 	c := startCluster(t, specs(3, "--network-failure-retry-delay=100ms", "--breaker-open=300ms")...)
 
@@ -140,7 +143,8 @@ func TestHighestVersionWins(t *testing.T) {
 
 	t.Run("versions far ahead of the clock are refused", func(t *testing.T) {
 		ahead := uint64(time.Now().Add(10*time.Minute).UnixMilli()) << 16
-		for _, v := range []uint64{math.MaxUint64, ahead} {
+		aheadNanos := uint64(time.Now().Add(10 * time.Minute).UnixNano())
+		for _, v := range []uint64{math.MaxUint64, ahead, aheadNanos} {
 			events := []*fanoutv1.Event{{TaskId: "lww/ok"}, {TaskId: "lww/frozen", Version: v}}
 			_, err := sendSubmit(c.client(0), &fanoutv1.SubmitRequest{Events: events})
 			if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "events[1].version") {
@@ -151,9 +155,32 @@ func TestHighestVersionWins(t *testing.T) {
 		if err != nil || len(got) != 0 {
 			t.Errorf("after the refused requests A holds %v (%v), want nothing", got, err)
 		}
+		if n, err := c.node(0).metric("fanout_versions_refused_total", "from", "app"); err != nil || n != 3 {
+			t.Errorf("fanout_versions_refused_total{from=app} = %v (%v), want 3", n, err)
+		}
 		// Within a second of the clock is fine (HLC units: unix ms << 16).
 		near := uint64(time.Now().Add(time.Second).UnixMilli()) << 16
 		resp := submitResp(t, c, 0, &fanoutv1.SubmitRequest{Events: versioned("lww/near", near)}, nil)
 		checkResult(t, "A a version 1s ahead", resp, 0, outcomeAccepted, stamp{})
+	})
+
+	t.Run("Unix-nanosecond versions", func(t *testing.T) {
+		first := uint64(time.Now().UnixNano())
+		resp := submitResp(t, c, 0, &fanoutv1.SubmitRequest{Events: versioned("lww/nanos", first)}, nil)
+		checkResult(t, "A a Unix-nanosecond version", resp, 0, outcomeAccepted, stamp{})
+		waitGet(t, c, "lww/nanos", expected{Stamp: stamp{first, "A"}}, 0, 1, 2)
+		// B writes the key later, in nanoseconds too: its version wins everywhere.
+		second := uint64(time.Now().UnixNano())
+		resp = submitResp(t, c, 1, &fanoutv1.SubmitRequest{Events: versioned("lww/nanos", second)}, nil)
+		checkResult(t, "B a later Unix-nanosecond version", resp, 0, outcomeAccepted, stamp{})
+		waitGet(t, c, "lww/nanos", expected{Stamp: stamp{second, "B"}}, 0, 1, 2)
+		// The clocks were not dragged to the nanosecond scale: a sidecar-assigned
+		// version is still within a second of the wall clock, on every node.
+		for i := range 3 {
+			r := submitResp(t, c, i, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "lww/clock"}}}, nil)
+			if v := r.GetVersions()[0]; v > uint64(time.Now().Add(time.Second).UnixMilli())<<16 {
+				t.Errorf("node %s assigned %d after nanosecond versions: its clock was dragged ahead", c.node(i).spec.ID, v)
+			}
+		}
 	})
 }

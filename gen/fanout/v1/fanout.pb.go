@@ -212,7 +212,11 @@ type Event struct {
 	// attributes travel with the event. At most 64 entries, 16 KiB in total.
 	Attributes map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// version rises per task_id. 0 means "let the origin sidecar assign one": a
-	// hybrid-logical-clock timestamp (milliseconds << 16 | logical counter).
+	// hybrid-logical-clock timestamp (milliseconds << 16 | logical counter). An app's
+	// own versions may be counters, Unix seconds, milliseconds, microseconds (all below
+	// the sidecar's), the sidecar's own scale up to a minute ahead of its clock, or Unix
+	// nanoseconds up to a minute ahead; anything else is INVALID_ARGUMENT. Keep one
+	// scheme per task_id: a nanosecond version outranks every version of the others.
 	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	// ttl bounds how long the event may wait in a queue. 0 means the node's
 	// --task-ttl default (which is 0: never expire). Negative is invalid.
