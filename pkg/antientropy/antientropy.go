@@ -38,8 +38,11 @@ type Apply func(entries []*fanoutv1.SyncEntry) (applied int, err error)
 // Config is a Syncer's. NodeID, Table and Apply are required.
 type Config struct {
 	NodeID string
-	Table  *state.Table
-	Apply  Apply
+	// Incarnation is this process's random id, sent in Digest answers so that a
+	// caller can tell itself from another process with the same node id. Optional.
+	Incarnation uint64
+	Table       *state.Table
+	Apply       Apply
 	// MessageBytes bounds the stamps of one Pull request and the entries of one
 	// message (an entry bigger than it travels alone). Default 1 MiB: a tenth of a
 	// millisecond of a 10 Gb/s link, and well under every gRPC limit.
@@ -78,9 +81,10 @@ func New(cfg Config) (*Syncer, error) {
 
 // Result is what one round did, from the caller's side.
 type Result struct {
-	PeerID string // the receiver's node_id, once it answered
-	InSync bool   // the roots were equal: nothing to repair
-	Leaves int    // leaves that differed
+	PeerID          string // the receiver's node_id, once it answered
+	PeerIncarnation uint64 // the receiver's incarnation (0: not given)
+	InSync          bool   // the roots were equal: nothing to repair
+	Leaves          int    // leaves that differed
 	// Pulled: entries received and stored here. Pushed: entries sent and stored
 	// by the receiver.
 	Pulled, Pushed int
@@ -117,7 +121,7 @@ func (s *Syncer) walk(ctx context.Context, p Peer, r *Result) ([]uint32, error) 
 		n := proto.Size(req) + proto.Size(resp)
 		r.DigestBytes += n
 		r.Bytes += n
-		r.PeerID = resp.GetNodeId()
+		r.PeerID, r.PeerIncarnation = resp.GetNodeId(), resp.GetIncarnation()
 		if level == 0 && resp.GetRoot() == root {
 			r.InSync = true
 			return nil, nil

@@ -25,7 +25,7 @@ func (s *Syncer) Digest(req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, 
 	if n := len(req.GetNodes()); n == 0 || n > maxDigestNodes {
 		return nil, invalid("nodes: %d nodes, want 1..%d", n, maxDigestNodes)
 	}
-	resp := &fanoutv1.DigestResponse{NodeId: s.cfg.NodeID, Root: s.cfg.Table.DigestRoot()}
+	resp := &fanoutv1.DigestResponse{NodeId: s.cfg.NodeID, Incarnation: s.cfg.Incarnation, Root: s.cfg.Table.DigestRoot()}
 	hashes, ok := s.cfg.Table.DigestChildren(int(req.GetLevel()), req.GetNodes(), make([]uint64, 0, len(req.GetNodes())*state.DigestFanout))
 	if !ok {
 		return nil, invalid("level %d, nodes: a node out of range (level l has 16^l nodes, l < %d)", req.GetLevel(), state.DigestLevels)

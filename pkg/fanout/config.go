@@ -27,10 +27,23 @@ type Config struct {
 	// NodeID names this sidecar in ReplicateRequest.origin_node and in version
 	// tie-breaks. Default: the hostname (the pod name on Kubernetes).
 	NodeID string
-	// Peers are the peer addresses (host:port of their peer listeners).
+	// Peers are the peer addresses (host:port of their peer listeners) at start.
+	// SetPeers changes the set while the node runs (DNS discovery).
 	Peers []string
-	// Dial opens a Replicator to a peer address. Required when Peers is not empty.
+	// Dial opens a Replicator to a peer address. Required when Peers is not empty,
+	// and for SetPeers.
 	Dial func(addr string) (Replicator, error)
+	// PeerRemovalGrace is how long a peer that left the set (SetPeers) is still
+	// sent what it had pending before the rest is dropped. 30s: one DNS refresh, so
+	// an answer that briefly leaves a pod out loses nothing, and well within a pod's
+	// termination grace. 0: drop at once.
+	PeerRemovalGrace time.Duration
+	// OnUnknownPeer, if set, is called (at most once a second, on the calling RPC's
+	// goroutine: it must not block) when a peer that is not in the set calls this
+	// node: a new node whose address the last DNS refresh did not have yet. The
+	// caller refreshes at once, so the new node gets this node's events without
+	// waiting for the next refresh.
+	OnUnknownPeer func(nodeID string)
 	// Batcher configures every per-peer batcher. Now, Logger and OnFinal are set by
 	// the Node.
 	Batcher batcher.Config[*fanoutv1.Event]
@@ -89,6 +102,7 @@ func DefaultConfig() Config {
 		ReplicateTimeout:    5 * time.Second,
 		AntiEntropyInterval: 30 * time.Second,
 		SyncTimeout:         30 * time.Second,
+		PeerRemovalGrace:    30 * time.Second,
 		State:               state.DefaultConfig(),
 		Limits:              DefaultLimits(),
 	}
@@ -112,6 +126,7 @@ func (c *Config) validate() error {
 	check(c.ReplicateTimeout > 0, "fanout.Config.ReplicateTimeout", "must be > 0, got %s", c.ReplicateTimeout)
 	check(c.AntiEntropyInterval >= 0, "fanout.Config.AntiEntropyInterval", "must be >= 0 (0: off), got %s", c.AntiEntropyInterval)
 	check(c.SyncTimeout >= 0, "fanout.Config.SyncTimeout", "must be >= 0, got %s", c.SyncTimeout)
+	check(c.PeerRemovalGrace >= 0, "fanout.Config.PeerRemovalGrace", "must be >= 0 (0: drop at once), got %s", c.PeerRemovalGrace)
 	check(c.TaskTTL >= 0, "fanout.Config.TaskTTL", "must be >= 0, got %s", c.TaskTTL)
 	check(c.State.MaxKeys > 0, "fanout.Config.State.MaxKeys", "must be > 0, got %d", c.State.MaxKeys)
 	check(c.State.MaxBytes > 0, "fanout.Config.State.MaxBytes", "must be > 0, got %d", c.State.MaxBytes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,9 +26,17 @@ type link struct {
 	br     breaker.Breaker // counts network failures; its Hold is the batcher's Gate
 	b      *batcher.Batcher[*fanoutv1.Event]
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
-	isSelf atomic.Bool            // the peer answered with our own node id
-	sync   syncStats              // anti-entropy rounds with this peer (sync.go)
-	err    peerError              // the latest failed Replicate
+	isSelf atomic.Bool            // the peer answered with our own node id and incarnation
+	// incarnation is the peer process's (0: not known yet, or an older peer).
+	incarnation atomic.Uint64
+	// conflict says why the peer's node id clashes (members.go); nil: it does not.
+	// selfConflict: the clash is with this node's own id, so its events are dropped.
+	conflict     atomic.Pointer[string]
+	selfConflict atomic.Bool
+	removing     atomic.Bool   // out of the peer set, sending what it has pending (members.go)
+	stopped      atomic.Uint64 // events that ended FateStopped: pending when the link closed
+	sync         syncStats     // anti-entropy rounds with this peer (sync.go)
+	err          peerError     // the latest failed Replicate
 	// rtt is the duration of each Replicate call made (not those the breaker
 	// refused), answered or failed, for /metrics.
 	rtt  prometheus.Histogram
@@ -115,7 +124,12 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc := n.cfg.Batcher
 	bc.Now = n.cfg.Now
 	bc.Logger = n.log.With("peer", addr)
-	bc.OnFinal = func(t *batcher.Task[*fanoutv1.Event], f batcher.Fate) { n.acks.final(addr, t, f) }
+	bc.OnFinal = func(t *batcher.Task[*fanoutv1.Event], f batcher.Fate) {
+		if f == batcher.FateStopped {
+			l.stopped.Add(1)
+		}
+		n.acks.final(addr, t, f)
+	}
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	// Coalescing keeps the highest version, never the latest arrival: every task of
 	// this batcher has this node as its origin, so the version alone decides.
@@ -177,7 +191,12 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event
 		l.failed(c, err)
 		return batcher.Result{Class: c, Err: err}
 	}
-	l.learn(resp.GetNodeId())
+	l.learn(resp.GetNodeId(), resp.GetIncarnation())
+	if l.selfConflict.Load() {
+		err := fmt.Errorf("node id conflict: %s", *l.conflict.Load())
+		l.failed(batcher.Permanent, err)
+		return batcher.Result{Class: batcher.Permanent, Err: err}
+	}
 	items := make([]batcher.ItemOutcome, len(resp.Statuses))
 	for i, s := range resp.Statuses {
 		items[i] = itemOutcome(s)
@@ -185,20 +204,79 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event
 	return batcher.Result{Class: batcher.Success, Items: items}
 }
 
-// learn records the peer's node id; a peer that is this node is scheduled for removal.
-func (l *link) learn(id string) {
+// learn records the peer's node id and incarnation: a peer that is this node is
+// scheduled for removal; a clash of ids is recorded as a conflict (members.go).
+func (l *link) learn(id string, inc uint64) {
 	if id == "" {
 		return
 	}
 	if cur := l.nodeID.Load(); cur == nil || *cur != id {
 		l.nodeID.Store(&id)
 	}
-	if id == l.node.cfg.NodeID && !l.isSelf.Swap(true) {
-		select {
-		case l.node.removeCh <- l:
-		default: // buffered len(Peers); can only be full if removal is already queued
+	if inc != 0 {
+		l.incarnation.Store(inc)
+	}
+	n := l.node
+	switch {
+	case id == n.cfg.NodeID && (inc == 0 || inc == n.incarnation):
+		// Incarnation 0: an older peer that does not send one; by id alone it is us.
+		if !l.isSelf.Swap(true) {
+			n.markSelf(l)
+		}
+	case id == n.cfg.NodeID:
+		l.selfConflict.Store(true)
+		l.setConflict(fmt.Sprintf("the peer answers with this node's own id %q from another process: two processes run with one --node-id "+
+			"and cannot replicate to each other (events for it fail as permanent errors, never acked); give each its own id", id))
+	default:
+		l.selfConflict.Store(false)
+		l.setConflict(n.idClash(l, id, inc))
+	}
+}
+
+// idClash describes the other peers that answer with id from another process than
+// l's, and marks them too; "" if none.
+func (n *Node) idClash(l *link, id string, inc uint64) string {
+	if inc == 0 {
+		return ""
+	}
+	var others []string
+	for _, o := range *n.links.Load() {
+		if o == l || o.peerNodeID() != id {
+			continue
+		}
+		if oi := o.incarnation.Load(); oi != 0 && oi != inc {
+			others = append(others, o.addr)
+			o.setConflict(fmt.Sprintf("node id %q also answers from %s, another process: give each node its own --node-id", id, l.addr))
 		}
 	}
+	if len(others) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("node id %q also answers from %s, another process: give each node its own --node-id", id, strings.Join(others, ", "))
+}
+
+// setConflict records the link's id conflict ("" clears it), logging each change.
+func (l *link) setConflict(msg string) {
+	old := l.conflict.Load()
+	switch {
+	case msg == "" && old == nil:
+		return
+	case msg == "":
+		l.conflict.Store(nil)
+		l.node.log.Info("node id conflict resolved", "peer", l.addr, "node_id", l.peerNodeID())
+		return
+	case old != nil && *old == msg:
+		return
+	}
+	l.conflict.Store(&msg)
+	l.node.log.Error("node id conflict", "peer", l.addr, "node_id", l.peerNodeID(), "conflict", msg)
+}
+
+func (l *link) conflictText() string {
+	if p := l.conflict.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (l *link) peerNodeID() string {

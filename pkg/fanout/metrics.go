@@ -20,11 +20,11 @@ type Collector struct {
 }
 
 type descs struct {
-	peers, events, queue, pendingBytes, idle, breaker, rtt                     *prometheus.Desc
-	syncRounds, syncKeys, syncBytes, syncLast, syncDur                         *prometheus.Desc
-	submitted, received, lag, ackWait, refused, versions                       *prometheus.Desc
-	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
-	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                *prometheus.Desc
+	peers, events, queue, pendingBytes, idle, breaker, rtt, conflict, setChanges, removedDropped *prometheus.Desc
+	syncRounds, syncKeys, syncBytes, syncLast, syncDur                                           *prometheus.Desc
+	submitted, received, lag, ackWait, refused, versions                                         *prometheus.Desc
+	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted                   *prometheus.Desc
+	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                                  *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -37,7 +37,17 @@ func NewCollector(n *Node) *Collector {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &Collector{node: n, d: descs{
-		peers: g("fanout_peers", "1 per peer this node replicates to; peer_id is its node id once it has answered.", peer...),
+		peers: g("fanout_peers", "1 per peer in this node's peer set; 0 for a peer that left it (DNS no longer names it) and is still sent "+
+			"what it had pending, for up to --peer-removal-grace. peer_id is its node id once it has answered.", peer...),
+		conflict: g("fanout_peer_node_id_conflict",
+			"1 when the peer's node id clashes: it answers with this node's own id from another process (its events fail as permanent errors), "+
+				"or another peer answers with the same id. GetStatus says which. Give every node its own --node-id.", peer...),
+		setChanges: g("fanout_peer_set_changes_total",
+			"Changes of the peer set (static --peers and DNS discovery): added, removed (left the set), returned (named again within "+
+				"--peer-removal-grace, nothing dropped).", "change"),
+		removedDropped: g("fanout_peer_removed_dropped_events_total",
+			"Events still pending for peers removed from the set when their --peer-removal-grace ended: dropped (DROPPED \"peer removed\" "+
+				"to ack waiters; a peer that comes back gets them by anti-entropy)."),
 		events: g("fanout_peer_events_total",
 			"Events queued for a peer, by what happened to them: accepted (queued), overridden (replaced by a newer event "+
 				"of the same task_id before it was sent), overflow (evicted from a full queue, --max-buffer), expired (past "+
@@ -103,7 +113,7 @@ func NewCollector(n *Node) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
-	for _, x := range []*prometheus.Desc{d.peers, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
+	for _, x := range []*prometheus.Desc{d.peers, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
 		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
@@ -120,10 +130,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
-	for _, l := range *n.links.Load() {
+	for _, l := range n.allLinks() {
 		addr, id := l.addr, l.peerNodeID()
 		st := l.b.Stats()
-		gauge(d.peers, 1, addr, id)
+		gauge(d.peers, boolGauge(!l.removing.Load()), addr, id)
+		gauge(d.conflict, boolGauge(l.conflict.Load() != nil), addr, id)
 		for _, kv := range counters(st) {
 			counter(d.events, kv.v, addr, id, kv.k)
 		}
@@ -148,6 +159,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(d.refused, n.refused.unauthenticated.Load(), "unauthenticated")
 	counter(d.refused, n.refused.origin.Load(), "origin")
+	counter(d.setChanges, n.members.added.Load(), "added")
+	counter(d.setChanges, n.members.removed.Load(), "removed")
+	counter(d.setChanges, n.members.returned.Load(), "returned")
+	counter(d.removedDropped, n.members.dropped.Load())
 	counter(d.versions, n.versionsRefused.app.Load(), "app")
 	counter(d.versions, n.versionsRefused.peer.Load(), "peer")
 	counter(d.versions, n.versionsRefused.sync.Load(), "anti_entropy")
@@ -223,4 +238,11 @@ func (c *Collector) collectSync(ch chan<- prometheus.Metric, l *link, id string)
 		ch <- prometheus.MustNewConstMetric(d.syncLast, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, l.addr, id)
 		ch <- prometheus.MustNewConstMetric(d.syncDur, prometheus.GaugeValue, s.lastDuration.Seconds(), l.addr, id)
 	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,9 +61,12 @@ type Node struct {
 	acks     *ackLedger
 
 	// links is the current peer set, copy-on-write: Submit loads it without a lock.
-	// Written only by New and the run goroutine (self-removal).
-	links    atomic.Pointer[[]*link]
-	removeCh chan *link // links found to be this node itself; buffered len(Peers)
+	// Written by New, then only under members.mu (SetPeers, self-removal; members.go).
+	links   atomic.Pointer[[]*link]
+	members members
+	// incarnation is drawn at random when the node starts, never 0: a peer that
+	// answers with this node's id and another incarnation is another process.
+	incarnation uint64
 
 	// syncer runs anti-entropy rounds and answers the peers' (sync.go); readiness
 	// is the bootstrap's outcome.
@@ -102,14 +106,16 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		clock:    hlc{now: cfg.Now},
-		table:    table,
-		persist:  persist,
-		removeCh: make(chan *link, len(cfg.Peers)),
-		ackWait:  newAckWaits(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		clock:   hlc{now: cfg.Now},
+		table:   table,
+		persist: persist,
+		ackWait: newAckWaits(),
+		// rand.Uint64 is seeded per process; |1 keeps it off 0 ("not given").
+		incarnation: rand.Uint64() | 1,
 	}
+	n.members.init()
 	n.readiness.done = make(chan struct{})
 	if n.syncer, err = n.newSyncer(); err != nil {
 		return nil, err
@@ -197,32 +203,6 @@ func (n *Node) startLinks(addrs []string) ([]*link, error) {
 		links = append(links, l)
 	}
 	return links, nil
-}
-
-// run removes links that turned out to be this node (SPEC §8: a peer list, or DNS,
-// may name our own address).
-func (n *Node) run() {
-	for {
-		select {
-		case l := <-n.removeCh:
-			n.removeLink(l)
-		case <-n.ctx.Done():
-			return
-		}
-	}
-}
-
-func (n *Node) removeLink(dead *link) {
-	old := *n.links.Load()
-	next := make([]*link, 0, len(old))
-	for _, l := range old {
-		if l != dead {
-			next = append(next, l)
-		}
-	}
-	n.links.Store(&next)
-	n.log.Info("peer address is this node; dropping it", "peer", dead.addr)
-	dead.close()
 }
 
 // ID is this node's id.
@@ -496,7 +476,8 @@ func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.Re
 	if err := n.authorize(ctx, req.origin); err != nil {
 		return nil, err
 	}
-	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
+	n.noteCaller(req.origin)
+	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Incarnation: n.incarnation, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
 	from := n.received.of(req.origin)
@@ -610,9 +591,13 @@ func (n *Node) Draining() bool { return n.draining.Load() }
 func (n *Node) Close() {
 	n.closed.Do(func() {
 		n.draining.Store(true)
+		n.members.mu.Lock()
+		n.members.closed = true // the peer set no longer changes
+		n.members.mu.Unlock()
 		n.cancel()
 		n.wg.Wait()
 		n.wheelDrv.Stop()
+		n.closeLeaving()
 		for _, l := range *n.links.Load() {
 			l.close()
 		}

@@ -220,6 +220,7 @@ func (s *PeerServer) Digest(_ context.Context, req *fanoutv1.DigestRequest) (*fa
 	if s.node.Draining() {
 		return nil, toStatus(ErrShuttingDown)
 	}
+	s.node.noteCaller(req.GetNodeId())
 	resp, err := s.node.syncer.Digest(req)
 	return resp, toStatus(err)
 }

@@ -6,7 +6,7 @@ import (
 
 // Status reports this node and every peer: gauges and counters (SPEC §3 GetStatus).
 func (n *Node) Status() *fanoutv1.GetStatusResponse {
-	links := *n.links.Load()
+	links := n.allLinks()
 	resp := &fanoutv1.GetStatusResponse{
 		NodeId:      n.cfg.NodeID,
 		Peers:       make([]*fanoutv1.PeerStatus, 0, len(links)),
@@ -46,6 +46,8 @@ func (l *link) status() *fanoutv1.PeerStatus {
 		IdleWorkers:    st.IdleWorkers,
 		Sync:           l.sync.status(),
 		LastError:      l.err.status(),
+		Removing:       l.removing.Load(),
+		NodeIdConflict: l.conflictText(),
 	}
 }
 

@@ -120,6 +120,7 @@ func (n *Node) Readiness() (bool, string) {
 func (n *Node) newSyncer() (*antientropy.Syncer, error) {
 	return antientropy.New(antientropy.Config{
 		NodeID:       n.cfg.NodeID,
+		Incarnation:  n.incarnation,
 		Table:        n.table,
 		Apply:        n.applySync,
 		MaxKeyBytes:  n.cfg.Limits.MaxTaskIDBytes,
@@ -131,7 +132,9 @@ func (n *Node) newSyncer() (*antientropy.Syncer, error) {
 func (n *Node) syncLinks() []*link {
 	var out []*link
 	for _, l := range *n.links.Load() {
-		if _, ok := l.conn.(SyncPeer); ok && !l.isSelf.Load() {
+		// Not with a process that has this node's id: its entries of "our" origin
+		// would mix with ours.
+		if _, ok := l.conn.(SyncPeer); ok && !l.isSelf.Load() && !l.selfConflict.Load() {
 			out = append(out, l)
 		}
 	}
@@ -139,17 +142,30 @@ func (n *Node) syncLinks() []*link {
 }
 
 // antiEntropy bootstraps, then runs a round with the next peer every
-// AntiEntropyInterval, ±25 % so that a cluster started at once does not sync in step.
+// AntiEntropyInterval, ±25 % so that a cluster started at once does not sync in step,
+// and one with each peer added to the set as it comes (even with the rounds off).
 func (n *Node) antiEntropy() {
 	n.bootstrap()
-	if n.cfg.AntiEntropyInterval <= 0 {
-		return
-	}
-	timer := time.NewTimer(jittered(n.cfg.AntiEntropyInterval))
+	// With the rounds off, only new peers get one (tick stays nil).
+	var tick <-chan time.Time
+	timer := time.NewTimer(jittered(max(n.cfg.AntiEntropyInterval, time.Second)))
 	defer timer.Stop()
+	if n.cfg.AntiEntropyInterval > 0 {
+		tick = timer.C
+	}
 	for next := 0; ; next++ {
 		select {
-		case <-timer.C:
+		case <-tick:
+		case l := <-n.members.syncNew: // a peer just added: catch it (and us) up now
+			if !l.removing.Load() && !l.isSelf.Load() && !n.draining.Load() {
+				if _, ok := l.conn.(SyncPeer); ok {
+					if _, err := n.syncWith(l); err != nil {
+						n.log.Warn("anti-entropy round with a new peer failed; the regular rounds retry", "peer", l.addr, "err", err)
+					}
+				}
+			}
+			next--
+			continue
 		case <-n.ctx.Done():
 			return
 		}
@@ -172,7 +188,7 @@ func (n *Node) syncWith(l *link) (antientropy.Result, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, roundTimeout)
 	defer cancel()
 	r, err := n.syncer.Round(ctx, digestBounded{l.conn.(SyncPeer), n.cfg.ReplicateTimeout})
-	l.learn(r.PeerID) // its node id for GetStatus; this node itself is dropped
+	l.learn(r.PeerID, r.PeerIncarnation) // its node id for GetStatus; this node itself is dropped
 	l.sync.record(r, err, n.cfg.Now())
 	if err == nil && !r.InSync {
 		n.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,

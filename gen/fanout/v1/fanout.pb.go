@@ -1296,9 +1296,20 @@ type PeerStatus struct {
 	TooLarge uint64 `protobuf:"varint,21,opt,name=too_large,json=tooLarge,proto3" json:"too_large,omitempty"`
 	// pending_bytes is the size of the pending events (encoded, as sent), bounded by
 	// --max-buffer-bytes as pending is by --max-buffer.
-	PendingBytes  uint64 `protobuf:"varint,22,opt,name=pending_bytes,json=pendingBytes,proto3" json:"pending_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PendingBytes uint64 `protobuf:"varint,22,opt,name=pending_bytes,json=pendingBytes,proto3" json:"pending_bytes,omitempty"`
+	// removing: the peer left the peer set (DNS no longer names it). New events are
+	// not queued for it; its pending ones are still sent until the queue is empty or
+	// --peer-removal-grace passes, then the rest is dropped ("peer removed"). It
+	// comes back as it was if DNS names it again before then.
+	Removing bool `protobuf:"varint,23,opt,name=removing,proto3" json:"removing,omitempty"`
+	// node_id_conflict says why this peer's node id clashes, if it does: it answers
+	// with this node's own id from another process (the two cannot replicate to each
+	// other: its events fail as permanent errors, never acked), or another peer answers
+	// with the same id. Empty when there is no clash. Give every node its own
+	// --node-id (the default, the hostname, is the pod name on Kubernetes).
+	NodeIdConflict string `protobuf:"bytes,24,opt,name=node_id_conflict,json=nodeIdConflict,proto3" json:"node_id_conflict,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PeerStatus) Reset() {
@@ -1483,6 +1494,20 @@ func (x *PeerStatus) GetPendingBytes() uint64 {
 		return x.PendingBytes
 	}
 	return 0
+}
+
+func (x *PeerStatus) GetRemoving() bool {
+	if x != nil {
+		return x.Removing
+	}
+	return false
+}
+
+func (x *PeerStatus) GetNodeIdConflict() string {
+	if x != nil {
+		return x.NodeIdConflict
+	}
+	return ""
 }
 
 // PeerError is one failed Replicate call to a peer.
@@ -1775,7 +1800,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\arefused\x18\b \x01(\x04R\arefused\x12\x14\n" +
 	"\x05stale\x18\t \x01(\x04R\x05stale\x12\x1c\n" +
 	"\tcollected\x18\n" +
-	" \x01(\x04R\tcollected\"\xc3\x05\n" +
+	" \x01(\x04R\tcollected\"\x89\x06\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
@@ -1805,7 +1830,9 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x14 \x01(\v2\x14.fanout.v1.PeerErrorR\tlastError\x12\x1b\n" +
 	"\ttoo_large\x18\x15 \x01(\x04R\btooLarge\x12#\n" +
-	"\rpending_bytes\x18\x16 \x01(\x04R\fpendingBytes\"g\n" +
+	"\rpending_bytes\x18\x16 \x01(\x04R\fpendingBytes\x12\x1a\n" +
+	"\bremoving\x18\x17 \x01(\bR\bremoving\x12(\n" +
+	"\x10node_id_conflict\x18\x18 \x01(\tR\x0enodeIdConflict\"g\n" +
 	"\tPeerError\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +

@@ -166,7 +166,9 @@ type DigestResponse struct {
 	// root is the receiver's root hash.
 	Root uint64 `protobuf:"fixed64,2,opt,name=root,proto3" json:"root,omitempty"`
 	// hashes holds 16 child hashes per requested node, in order.
-	Hashes        []uint64 `protobuf:"fixed64,3,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
+	Hashes []uint64 `protobuf:"fixed64,3,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
+	// incarnation is the receiver's, as in ReplicateResponse.
+	Incarnation   uint64 `protobuf:"fixed64,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +222,13 @@ func (x *DigestResponse) GetHashes() []uint64 {
 		return x.Hashes
 	}
 	return nil
+}
+
+func (x *DigestResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 // SyncEntry is one key's state as a state table holds it.
@@ -648,7 +657,13 @@ type ReplicateResponse struct {
 	// node_id of the receiver; the sender learns its peer's identity from it.
 	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// statuses has one entry per event, in order.
-	Statuses      []ItemStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=fanout.v1.ItemStatus" json:"statuses,omitempty"`
+	Statuses []ItemStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=fanout.v1.ItemStatus" json:"statuses,omitempty"`
+	// incarnation is random, drawn when the receiver's process started. A sender
+	// that gets its own node_id back with its own incarnation has reached itself (its
+	// own address is in its peer list: the peer is dropped); with another
+	// incarnation, another process runs with the same node id (a conflict, reported).
+	// Added in v1 without a version change: an older peer leaves it 0 (unknown).
+	Incarnation   uint64 `protobuf:"fixed64,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -697,6 +712,13 @@ func (x *ReplicateResponse) GetStatuses() []ItemStatus {
 	return nil
 }
 
+func (x *ReplicateResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 var File_fanout_v1_peer_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_peer_proto_rawDesc = "" +
@@ -706,11 +728,12 @@ const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\ftree_version\x18\x02 \x01(\rR\vtreeVersion\x12\x14\n" +
 	"\x05level\x18\x03 \x01(\rR\x05level\x12\x14\n" +
-	"\x05nodes\x18\x04 \x03(\rR\x05nodes\"U\n" +
+	"\x05nodes\x18\x04 \x03(\rR\x05nodes\"w\n" +
 	"\x0eDigestResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04root\x18\x02 \x01(\x06R\x04root\x12\x16\n" +
-	"\x06hashes\x18\x03 \x03(\x06R\x06hashes\"p\n" +
+	"\x06hashes\x18\x03 \x03(\x06R\x06hashes\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x06R\vincarnation\"p\n" +
 	"\tSyncEntry\x12\x14\n" +
 	"\x05event\x18\x01 \x01(\fR\x05event\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\x125\n" +
@@ -737,10 +760,11 @@ const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\vorigin_node\x18\x01 \x01(\tR\n" +
 	"originNode\x12(\n" +
 	"\x06events\x18\x02 \x03(\v2\x10.fanout.v1.EventR\x06events\x125\n" +
-	"\x17submitted_at_unix_nanos\x18\x03 \x03(\x03R\x14submittedAtUnixNanos\"_\n" +
+	"\x17submitted_at_unix_nanos\x18\x03 \x03(\x03R\x14submittedAtUnixNanos\"\x81\x01\n" +
 	"\x11ReplicateResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x121\n" +
-	"\bstatuses\x18\x02 \x03(\x0e2\x15.fanout.v1.ItemStatusR\bstatuses*\x83\x01\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x15.fanout.v1.ItemStatusR\bstatuses\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x06R\vincarnation*\x83\x01\n" +
 	"\n" +
 	"ItemStatus\x12\x1b\n" +
 	"\x17ITEM_STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +

@@ -1,0 +1,290 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The peer set (SPEC §8, issue 11): static --peers and DNS discovery together, changed
+// while the node runs by SetPeers. A peer that appears gets a link at once (its
+// batcher and connection) and an anti-entropy round as soon as the rounds' goroutine
+// is free; a peer that disappears stops getting new events, and its pending ones are
+// still sent for PeerRemovalGrace (a DNS answer that briefly leaves a pod out loses
+// nothing), then dropped as "peer removed" (ack waiters settled DROPPED) and its
+// series leave /metrics. A peer named again within the grace comes back as it was.
+//
+// Identity: a peer that answers with this node's id and incarnation is this node
+// (its address is dropped for good); one that answers with this node's id and another
+// incarnation is another process with the same --node-id: a conflict, logged at
+// ERROR, shown in GetStatus and /metrics, and its events fail as permanent errors
+// (never acked). Two peers answering with one id from two processes are a conflict
+// too (shown on both).
+
+// members is the mutable side of the peer set. The set itself is Node.links
+// (copy-on-write, read without a lock by Submit); every change of it is made under mu.
+type members struct {
+	mu sync.Mutex
+	// leaving holds the links out of the set, by address, still sending what they
+	// had pending; each has a goroutine that closes it at the end of the grace.
+	leaving map[string]*leavingLink
+	// self are addresses found to be this node: SetPeers never adds them again.
+	self map[string]bool
+	// selfQ are links found to be this node, waiting for run to remove them (a link
+	// learns it on its own worker goroutine, which cannot close its own batcher).
+	selfQ []*link
+	// closed: Close has begun; the set no longer changes.
+	closed bool
+
+	kick    chan struct{} // cap 1: selfQ has links for run
+	syncNew chan *link    // links added while running: an anti-entropy round each, soon
+
+	added, removed, returned atomic.Uint64 // peer set changes, for /metrics
+	dropped                  atomic.Uint64 // events pending for removed peers at the end of their grace
+	lastUnknown              atomic.Int64  // unix nanos of the last OnUnknownPeer call
+}
+
+type leavingLink struct {
+	l      *link
+	since  time.Time
+	cancel context.CancelFunc // ends the grace early: the peer is back, or the node closes
+}
+
+// syncNewCap bounds the links queued for a first anti-entropy round; more wait for
+// the regular rounds, which take every peer in turn.
+const syncNewCap = 64
+
+// unknownPeerEvery spaces OnUnknownPeer calls: a new node replicates many batches
+// before DNS, refreshed at once, names it.
+const unknownPeerEvery = time.Second
+
+func (m *members) init() {
+	m.leaving = make(map[string]*leavingLink)
+	m.self = make(map[string]bool)
+	m.kick = make(chan struct{}, 1)
+	m.syncNew = make(chan *link, syncNewCap)
+}
+
+// SetPeers makes addrs (host:port of peer listeners, duplicates allowed) the node's
+// peer set: links are made for new addresses and removed ones leave after the grace.
+// Addresses found to be this node are left out. A link that cannot be made (an
+// address the dialer refuses) is reported in the error; the rest of the set is applied.
+func (n *Node) SetPeers(addrs []string) error {
+	if n.cfg.Dial == nil {
+		return errors.New("fanout: SetPeers needs Config.Dial")
+	}
+	m := &n.members
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	cur := *n.links.Load()
+	gone := make(map[string]*link, len(cur))
+	for _, l := range cur {
+		gone[l.addr] = l
+	}
+	next := make([]*link, 0, len(addrs))
+	var added []*link
+	var errs []error
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		if seen[a] || m.self[a] {
+			continue
+		}
+		seen[a] = true
+		if l, ok := gone[a]; ok {
+			next = append(next, l)
+			delete(gone, a)
+			continue
+		}
+		if lv, ok := m.leaving[a]; ok {
+			lv.cancel()
+			delete(m.leaving, a)
+			lv.l.removing.Store(false)
+			next = append(next, lv.l)
+			m.returned.Add(1)
+			n.log.Info("peer is back in the peer set; nothing was dropped", "peer", a, "node_id", lv.l.peerNodeID(),
+				"after", n.cfg.Now().Sub(lv.since).String())
+			continue
+		}
+		l, err := n.newLink(a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		next = append(next, l)
+		added = append(added, l)
+	}
+	n.links.Store(&next)
+	for _, l := range gone {
+		n.startLeaving(l)
+	}
+	for _, l := range added {
+		m.added.Add(1)
+		n.log.Info("peer added", "peer", l.addr, "peers", len(next))
+		select {
+		case m.syncNew <- l:
+		default: // the regular rounds will reach it
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startLeaving takes l out of the set: no new events; what it has pending is sent for
+// PeerRemovalGrace, then dropped. Called under members.mu, with l already out of links.
+func (n *Node) startLeaving(l *link) {
+	m := &n.members
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.PeerRemovalGrace)
+	lv := &leavingLink{l: l, since: n.cfg.Now(), cancel: cancel}
+	m.leaving[l.addr] = lv
+	l.removing.Store(true)
+	m.removed.Add(1)
+	st := l.b.Stats()
+	n.log.Info("peer removed from the peer set; sending what it has pending for up to --peer-removal-grace",
+		"peer", l.addr, "node_id", l.peerNodeID(), "pending", st.AcceptorQueue+st.ReprocessQueue+st.Pending+st.InFlight,
+		"grace", n.cfg.PeerRemovalGrace.String())
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer cancel()
+		err := l.b.Drain(ctx)
+		m.mu.Lock()
+		if m.leaving[l.addr] != lv { // back in the set
+			m.mu.Unlock()
+			return
+		}
+		delete(m.leaving, l.addr)
+		m.mu.Unlock()
+		l.close() // what is left ends FateStopped: DROPPED "peer removed" to ack waiters
+		dropped := l.stopped.Load()
+		m.dropped.Add(dropped)
+		attrs := []any{"peer", l.addr, "node_id", l.peerNodeID(), "dropped", dropped, "after", n.cfg.Now().Sub(lv.since).String()}
+		switch {
+		case dropped == 0:
+			n.log.Info("removed peer stopped: everything it had pending was sent", attrs...)
+		case n.ctx.Err() != nil: // the node is closing: Close reports what it drops
+		default:
+			n.log.Warn("removed peer stopped with events unsent: they are dropped (the peer, if it comes back, "+
+				"gets them by anti-entropy)", append(attrs, "err", fmt.Sprint(err))...)
+		}
+	}()
+}
+
+// run removes the links found to be this node.
+func (n *Node) run() {
+	for {
+		select {
+		case <-n.members.kick:
+			n.removeSelf()
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// markSelf queues l for removal as this node's own address.
+func (n *Node) markSelf(l *link) {
+	m := &n.members
+	m.mu.Lock()
+	m.selfQ = append(m.selfQ, l)
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) removeSelf() {
+	m := &n.members
+	m.mu.Lock()
+	q := m.selfQ
+	m.selfQ = nil
+	var dead []*link
+	for _, l := range q {
+		m.self[l.addr] = true
+		old := *n.links.Load()
+		if i := slices.Index(old, l); i >= 0 {
+			next := slices.Delete(slices.Clone(old), i, i+1)
+			n.links.Store(&next)
+			dead = append(dead, l)
+		} else if lv, ok := m.leaving[l.addr]; ok && lv.l == l {
+			delete(m.leaving, l.addr)
+			lv.cancel()
+			dead = append(dead, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range dead {
+		n.log.Info("peer address is this node; dropping it", "peer", l.addr)
+		l.close()
+	}
+}
+
+// allLinks is the set and the links still leaving it, for status and metrics.
+func (n *Node) allLinks() []*link {
+	links := *n.links.Load()
+	m := &n.members
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.leaving) == 0 {
+		return links
+	}
+	out := slices.Clone(links)
+	for _, lv := range m.leaving {
+		out = append(out, lv.l)
+	}
+	slices.SortFunc(out[len(links):], func(a, b *link) int { return cmpString(a.addr, b.addr) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// closeLeaving closes the links still leaving the set; Close calls it after the
+// goroutines have stopped (each of them closes its own link first, so this is a
+// safety net).
+func (n *Node) closeLeaving() {
+	m := &n.members
+	m.mu.Lock()
+	var ls []*link
+	for a, lv := range m.leaving {
+		ls = append(ls, lv.l)
+		delete(m.leaving, a)
+	}
+	m.mu.Unlock()
+	for _, l := range ls {
+		l.close()
+	}
+}
+
+// noteCaller tells Config.OnUnknownPeer about a peer that called this node and is not
+// in its peer set (a node DNS names but the last refresh did not), at most once per
+// unknownPeerEvery, so that the new node gets this node's events at once rather than
+// after the next refresh.
+func (n *Node) noteCaller(id string) {
+	if n.cfg.OnUnknownPeer == nil || id == n.cfg.NodeID {
+		return
+	}
+	for _, l := range *n.links.Load() {
+		if l.peerNodeID() == id {
+			return
+		}
+	}
+	now := n.cfg.Now().UnixNano()
+	m := &n.members
+	if last := m.lastUnknown.Load(); now-last >= int64(unknownPeerEvery) && m.lastUnknown.CompareAndSwap(last, now) {
+		n.cfg.OnUnknownPeer(id)
+	}
+}
