@@ -24,11 +24,11 @@ kib() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status"; }
 mib() { echo $(( $(kib "$1" "$2") / 1024 )); }
 metric() { awk -v m="$1" '$1==m {printf "%d", $2}' "$metrics"; }
 
-app=127.0.0.1:$(free_port) admin=127.0.0.1:$(free_port)
+app=127.0.0.1:$(free_port) admin=127.0.0.1:$(free_port) pprof=127.0.0.1:$(free_port)
 metrics=$(mktemp)
 log=$(mktemp)
 bin/sidecar serve --node-id mem --app-addr "$app" --peer-addr "127.0.0.1:$(free_port)" \
-  --admin-addr "$admin" --log-level warn 2>"$log" &
+  --admin-addr "$admin" --pprof-addr "$pprof" --log-level warn 2>"$log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$metrics" "$log"' EXIT
 for _ in $(seq 100); do curl -sf "http://$admin/healthz" >/dev/null && break; sleep 0.1; done
@@ -38,7 +38,7 @@ load=$(bin/stateload --addr "$app" --keys "$KEYS" --payload "$PAYLOAD" --batch 1
 rss_loaded=$(mib "$pid" VmRSS) hwm=$(mib "$pid" VmHWM)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 heap="$OUT/state-memory-$stamp.heap.pb.gz"
-curl -sf -o "$heap" "http://$admin/debug/pprof/heap?gc=1"
+curl -sf -o "$heap" "http://$pprof/debug/pprof/heap?gc=1"
 rss_gc=$(mib "$pid" VmRSS)
 curl -sf -o "$metrics" "http://$admin/metrics"
 sleep 10

@@ -34,21 +34,27 @@ stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in
 trap stop EXIT
 
 profile_run() { # side bin run
-  local side=$1 bin=$2 run=$3 apps=() admins=() peers=() i
+  local side=$1 bin=$2 run=$3 apps=() admins=() peers=() profs=() i
   for i in 0 1 2; do apps+=("127.0.0.1:$(free_port)") admins+=("127.0.0.1:$(free_port)") peers+=("127.0.0.1:$(free_port)"); done
+  # Profiles: on --pprof-addr since it exists (issue 11), on the admin address before.
+  local has_pprof=0
+  "$bin" serve --help 2>&1 | grep -q -- '--pprof-addr' && has_pprof=1
+  for i in 0 1 2; do if [ $has_pprof = 1 ]; then profs+=("127.0.0.1:$(free_port)"); else profs+=("${admins[$i]}"); fi; done
   local all; all=$(IFS=,; echo "${peers[*]}")
   for i in 0 1 2; do
+    local extra=()
+    [ $has_pprof = 1 ] && extra=(--pprof-addr "${profs[$i]}")
     "$bin" serve --node-id "prof-$i" --app-addr "${apps[$i]}" --peer-addr "${peers[$i]}" --admin-addr "${admins[$i]}" \
-      --peers "$all" --log-level warn 2>/dev/null &
+      "${extra[@]}" --peers "$all" --log-level warn 2>/dev/null &
     pids+=($!)
   done
   for i in 0 1 2; do
     for _ in $(seq 100); do curl -sf "http://${admins[$i]}/healthz" >/dev/null && break; sleep 0.1; done
   done
   local prof="$OUT/state-profile-$stamp-$side-$run.pb.gz" origin="$OUT/state-profile-$stamp-$side-$run-origin.pb.gz" json
-  (sleep "$PROFILE_AT"; curl -sf -o "$prof" "http://${admins[1]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+  (sleep "$PROFILE_AT"; curl -sf -o "$prof" "http://${profs[1]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
   local curlpid=$!
-  (sleep "$PROFILE_AT"; curl -sf -o "$origin" "http://${admins[0]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+  (sleep "$PROFILE_AT"; curl -sf -o "$origin" "http://${profs[0]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
   local curlpid0=$!
   json=$("$bin" bench --app-addrs "$(IFS=,; echo "${apps[*]}")" --rate 0 --duration "$DURATION" --warmup 1s --json 2>/dev/null | tail -1)
   wait "$curlpid" "$curlpid0"

@@ -72,7 +72,7 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.IntVar(&c.Payload, "payload", c.Payload, "payload bytes per event (the first 8 carry the send time)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "events per SubmitRequest")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "after the last submit, wait at most this long for the subscribers to catch up")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench client's own CPU profile here (the nodes' profiles are on their admin ports: /debug/pprof/profile)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench client's own CPU profile here (the nodes' profiles are on their --pprof-addr: /debug/pprof/profile)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON line at the end instead of the table (live lines go to stderr)")
 }
 

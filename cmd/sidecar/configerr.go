@@ -19,6 +19,7 @@ var configFlags = map[string]string{
 	"fanout.Config.ReplicateTimeout":          "--replicate-timeout",
 	"fanout.Config.AntiEntropyInterval":       "--anti-entropy-interval",
 	"fanout.Config.SyncTimeout":               "--sync-timeout",
+	"fanout.Config.PeerRemovalGrace":          "--peer-removal-grace",
 	"fanout.Config.TaskTTL":                   "--task-ttl",
 	"fanout.Config.State.MaxKeys":             "--state-max-keys",
 	"fanout.Config.State.MaxBytes":            "--state-max-bytes",

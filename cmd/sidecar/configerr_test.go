@@ -137,6 +137,7 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--breaker-failures=0"}, "--breaker-failures: must be > 0"},
 		{[]string{"--breaker-open=0"}, "--breaker-open: must be > 0"},
 		{[]string{"--breaker-probes=0"}, "--breaker-probes: must be > 0"},
+		{[]string{"--peer-removal-grace=-1s"}, "--peer-removal-grace: must be >= 0"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -21,13 +21,14 @@ type flagGroup struct {
 func serveFlagGroups() []flagGroup {
 	return []flagGroup{
 		{"Identity and listeners", []string{"node-id", "app-addr", "peer-addr", "admin-addr"}},
-		{"Peers and batching", []string{"peers", "max-buffer", "max-buffer-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl"}},
+		{"Peers: who they are", []string{"peers", "peer-removal-grace"}},
+		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl"}},
 		{"Failures: timeouts, pauses and breakers", []string{"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
 			"breaker-failures", "breaker-open", "breaker-probes"}},
 		{"State table and limits", []string{"state-max-keys", "state-max-bytes", "tombstone-ttl", "max-event-bytes", "max-request-bytes"}},
 		{"Start-up, catch-up and shutdown", []string{"data-dir", "anti-entropy-interval", "sync-timeout", "shutdown-timeout"}},
 		{"Security (docs/SECURITY.md)", []string{"peer-tls-cert", "peer-tls-key", "peer-tls-ca", "app-token-file", "app-socket-mode"}},
-		{"Runtime", []string{"log-level", "gomaxprocs", "memory-limit"}},
+		{"Runtime", []string{"log-level", "gomaxprocs", "memory-limit", "pprof-addr"}},
 	}
 }
 

@@ -37,15 +37,24 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// readinessService is the health service name a readiness probe checks:
-// the app service's full name.
-const readinessService = "fanout.v1.FanoutService"
+// The named health services (grpc.health.v1), served on the app, peer and admin
+// listeners alike. The empty name is liveness: SERVING once the process listens.
+const (
+	// readinessService is what a readiness probe checks: NOT_SERVING until the
+	// bootstrap sync ends, and again while draining.
+	readinessService = "fanout.v1.FanoutService"
+	// peerService: SERVING while the node takes peer traffic (until shutdown).
+	peerService = "fanout.v1.PeerService"
+)
 
 // instanceConfig is everything startInstance wires together. A listener given here is
 // used instead of its address (the demo binds :0 ports first, to learn them).
 type instanceConfig struct {
 	appAddr, peerAddr, adminAddr string
-	appLis, peerLis              net.Listener
+	// pprofAddr serves /debug/pprof/ on a listener of its own ("": off): profiles
+	// and the command line are not for whoever can reach the admin address.
+	pprofAddr       string
+	appLis, peerLis net.Listener
 	node                         fanout.Config
 	log                          *slog.Logger
 	// dataDir is --data-dir ("": memory only). nodeIDGiven: node.NodeID was set by
@@ -57,11 +66,14 @@ type instanceConfig struct {
 
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
 type instance struct {
-	node       *fanout.Node
-	app, peer  *grpc.Server
-	appHealth  *health.Server
-	peerHealth *health.Server
+	node      *fanout.Node
+	app, peer *grpc.Server
+	// health answers grpc.health.v1 on every listener (app, peer, admin): one
+	// state, however a probe reaches the node.
+	health     *health.Server
+	adminGRPC  *grpc.Server // the admin address's gRPC side: health only
 	admin      *http.Server
+	pprof      *http.Server
 	store      *store.Store    // --data-dir; nil without one
 	peerTLS    *peertls.Source // --peer-tls-*; nil: plaintext peers
 	token      *apptoken.Token // --app-token-file; nil: apps need none
@@ -150,9 +162,10 @@ func startInstance(c instanceConfig) (*instance, error) {
 	reg.MustRegister(fanout.NewCollector(node))
 
 	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
-	inst.app, inst.appHealth = newGRPCServer(c.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth)
+	inst.health = health.NewServer()
+	inst.app = newGRPCServer(c.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth, inst.health)
 	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
-	inst.peer, inst.peerHealth = newGRPCServer(c.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil)
+	inst.peer = newGRPCServer(c.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, inst.health)
 	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
 	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
@@ -160,7 +173,8 @@ func startInstance(c instanceConfig) (*instance, error) {
 
 	// The named service is readiness: NOT_SERVING until the bootstrap sync ends; the
 	// empty name is liveness, SERVING from here on (SPEC §14).
-	inst.appHealth.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+	inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+	inst.health.SetServingStatus(peerService, healthpb.HealthCheckResponse_SERVING)
 	inst.serve(inst.app, appLis)
 	inst.serve(inst.peer, peerLis)
 	inst.wg.Add(1)
@@ -169,19 +183,25 @@ func startInstance(c instanceConfig) (*instance, error) {
 		select {
 		case <-node.Ready():
 			_, reason := node.Readiness()
-			inst.appHealth.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING) // no-op after Shutdown
+			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING) // no-op after Shutdown
 			c.log.Info("ready", "reason", reason)
 		case <-node.Done():
 		}
 	}()
 	if c.adminAddr != "" {
-		if err := inst.startAdmin(c.adminAddr, reg); err != nil {
+		if err := inst.startAdmin(c.adminAddr, reg, c.log); err != nil {
+			inst.shutdown(context.Background())
+			return nil, err
+		}
+	}
+	if c.pprofAddr != "" {
+		if err := inst.startPprof(c.pprofAddr); err != nil {
 			inst.shutdown(context.Background())
 			return nil, err
 		}
 	}
 	c.log.Info("sidecar started", "node_id", node.ID(), "app_addr", inst.appAddr, "peer_addr", inst.peerAddr,
-		"admin_addr", c.adminAddr, "peers", c.node.Peers)
+		"admin_addr", c.adminAddr, "pprof_addr", c.pprofAddr, "peers", c.node.Peers)
 	if token == nil && exposed(inst.appAddr) {
 		c.log.Warn("app listener is reachable from other hosts and takes no token: anyone who can reach it can submit; "+
 			"set --app-token-file, or listen on loopback or a unix socket", "app_addr", inst.appAddr)
@@ -229,7 +249,7 @@ type msgSizes struct{ recv, send int }
 // if authFn is set, that check on every call but the health service's (Kubernetes'
 // gRPC probes send no metadata).
 func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, sizes msgSizes, creds credentials.TransportCredentials,
-	authFn auth.AuthFunc) (*grpc.Server, *health.Server) {
+	authFn auth.AuthFunc, h *health.Server) *grpc.Server {
 	recov := recovery.WithRecoveryHandler(func(p any) error {
 		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
 		return status.Errorf(codes.Internal, "internal error")
@@ -250,9 +270,8 @@ func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, sizes msgSizes, 
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}, peers.ServerOptions()...)...)
-	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
-	return s, h
+	return s
 }
 
 // listeners opens the app and peer listeners (or takes the given ones).
@@ -310,7 +329,12 @@ func (inst *instance) serve(s *grpc.Server, l net.Listener) {
 	}()
 }
 
-func (inst *instance) startAdmin(addr string, reg *prometheus.Registry) error {
+// startAdmin serves the address probes and Prometheus reach (all interfaces by
+// default, like the pod's other ports): HTTP /metrics, /healthz (liveness) and
+// /readyz (readiness), and, on the same port, gRPC health (grpc.health.v1 over
+// cleartext HTTP/2, as Kubernetes' gRPC probes speak it) with the same services as
+// the other listeners. Nothing else: no pprof, no reflection, no API.
+func (inst *instance) startAdmin(addr string, reg *prometheus.Registry, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -320,6 +344,51 @@ func (inst *instance) startAdmin(addr string, reg *prometheus.Registry) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ready, reason := inst.node.Readiness()
+		if !ready {
+			http.Error(w, reason, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, reason)
+	})
+	recov := recovery.WithRecoveryHandler(func(p any) error {
+		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
+		return status.Errorf(codes.Internal, "internal error")
+	})
+	inst.adminGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(adminGRPCBytes), grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recov)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recov)))
+	healthpb.RegisterHealthServer(inst.adminGRPC, inst.health)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			inst.adminGRPC.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--admin-addr %s: %w", addr, err)
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC probes: HTTP/2 with prior knowledge, no TLS
+	inst.admin = &http.Server{Handler: handler, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes: adminHeaderBytes}
+	inst.serveHTTP(inst.admin, l, "admin")
+	return nil
+}
+
+// Bounds of the admin listener: a health check is a few bytes, a scrape request a
+// few hundred.
+const (
+	adminGRPCBytes   = 4 << 10
+	adminHeaderBytes = 16 << 10
+)
+
+// startPprof serves Go's profiles (/debug/pprof/) on --pprof-addr.
+func (inst *instance) startPprof(addr string) error {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -327,17 +396,21 @@ func (inst *instance) startAdmin(addr string, reg *prometheus.Registry) error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--admin-addr %s: %w", addr, err)
+		return fmt.Errorf("--pprof-addr %s: %w", addr, err)
 	}
-	inst.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	inst.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	inst.serveHTTP(inst.pprof, l, "pprof")
+	return nil
+}
+
+func (inst *instance) serveHTTP(s *http.Server, l net.Listener, name string) {
 	inst.wg.Add(1)
 	go func() {
 		defer inst.wg.Done()
-		if err := inst.admin.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			inst.log.Error("admin server stopped", "err", err)
+		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			inst.log.Error(name+" server stopped", "addr", l.Addr().String(), "err", err)
 		}
 	}()
-	return nil
 }
 
 // shutdown is SPEC §9's and §14's graceful stop: refuse new submissions and peer
@@ -346,8 +419,7 @@ func (inst *instance) startAdmin(addr string, reg *prometheus.Registry) error {
 // last changes are committed before the store closes. It returns the drain error, if
 // any (a deadline means events were left unsent).
 func (inst *instance) shutdown(ctx context.Context) error {
-	inst.appHealth.Shutdown()
-	inst.peerHealth.Shutdown()
+	inst.health.Shutdown() // every service NOT_SERVING, on every listener
 	rep, err := inst.node.Drain(ctx)
 	inst.logDrain(rep, err)
 	inst.node.Close() // ends Subscribe streams; commits the last changes to the data dir
@@ -355,6 +427,10 @@ func (inst *instance) shutdown(ctx context.Context) error {
 	stopGracefully(inst.peer, time.Second)
 	if inst.admin != nil {
 		inst.admin.Close()
+		inst.adminGRPC.Stop()
+	}
+	if inst.pprof != nil {
+		inst.pprof.Close()
 	}
 	inst.wg.Wait()
 	if inst.peerTLS != nil {

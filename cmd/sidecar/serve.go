@@ -22,6 +22,7 @@ import (
 // serveOptions are the flags of `sidecar serve`. Each is also read from FANOUT_<FLAG>.
 type serveOptions struct {
 	appAddr, peerAddr, adminAddr string
+	pprofAddr                    string
 	peers                        string
 	shutdownTimeout              time.Duration
 	logLevel                     string
@@ -38,7 +39,7 @@ func defaultServeOptions() serveOptions {
 	return serveOptions{
 		appAddr:         "127.0.0.1:7070",
 		peerAddr:        "0.0.0.0:7071",
-		adminAddr:       "127.0.0.1:9090",
+		adminAddr:       "0.0.0.0:9090",
 		shutdownTimeout: 10 * time.Second,
 		logLevel:        "info",
 		gomaxprocs:      1,
@@ -54,9 +55,11 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this sidecar's id (default: the hostname, which is the pod name on Kubernetes)")
 	fs.StringVar(&o.appAddr, "app-addr", o.appAddr, "FanoutService listener for the local app: host:port or unix:///path (loopback by default: only the local app may submit)")
 	fs.StringVar(&o.peerAddr, "peer-addr", o.peerAddr, "PeerService listener for the other sidecars (all interfaces: peers are on other hosts)")
-	fs.StringVar(&o.adminAddr, "admin-addr", o.adminAddr, "HTTP /metrics, /healthz and /debug/pprof/ (loopback: pprof is not for the world); empty disables")
+	fs.StringVar(&o.adminAddr, "admin-addr", o.adminAddr, "HTTP /metrics, /healthz (liveness), /readyz (readiness) and gRPC health on the same port, for Prometheus and the kubelet's probes (all interfaces: they come from outside the pod; it serves nothing else); empty disables")
+	fs.StringVar(&o.pprofAddr, "pprof-addr", o.pprofAddr, "serve Go's profiles (/debug/pprof/) here, e.g. 127.0.0.1:6060 (empty: off; profiles and the command line are not for the network, keep it on loopback)")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "keep the state table, the clock and the node id in this directory (pebble, fsynced): a restart resumes from it, and Submit answers once events are on disk (empty: memory only; peers still bootstrap the node)")
 	fs.StringVar(&o.peers, "peers", o.peers, "comma-separated peer addresses host:port (their --peer-addr); this node's own address is detected and dropped")
+	fs.DurationVar(&c.PeerRemovalGrace, "peer-removal-grace", c.PeerRemovalGrace, "a peer that leaves the peer set (DNS no longer names it) is still sent what it has pending for this long, then the rest is dropped; named again before then, it is back with nothing lost (one --peers-refresh: a DNS answer that briefly leaves a pod out loses nothing)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", o.gomaxprocs, "OS threads running Go code at once (1: a sidecar shares its pod's CPU with the app, and one keeps Go's scheduler from spinning idle threads: -19% CPU per event at 10k events/s, docs/BENCHMARKS.md; with --data-dir 2, so that the store's flushes and compactions do not take turns with the serving path; 0: Go's default, every CPU or the cgroup limit; the GOMAXPROCS variable applies when this flag is not given)")
@@ -155,7 +158,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	o.node.Peers = list
 	inst, err := startInstance(instanceConfig{
-		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr,
+		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr, pprofAddr: o.pprofAddr,
 		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven, security: o.security,
 	})
 	if err != nil {

@@ -50,6 +50,10 @@ func DefaultConfig[T any]() Config[T] {
 	}
 }
 
+// Validate checks c as New would, without changing it: a caller that makes batchers
+// later (a peer set that grows) refuses a bad config at its own start.
+func (c Config[T]) Validate() error { return c.validate() }
+
 // validate checks c and fills the zero-valued Now and Logger with their defaults. It
 // returns the first field it refuses, as a *configerr.Error.
 func (c *Config[T]) validate() error {

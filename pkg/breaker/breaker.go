@@ -79,6 +79,10 @@ func DefaultConfig() Config {
 	return Config{Failures: 5, OpenFor: 5 * time.Second, Probes: 1}
 }
 
+// Validate checks c as New would: a caller that makes breakers later (a peer set
+// that grows) refuses a bad config at its own start.
+func (c Config) Validate() error { return c.validate() }
+
 func (c Config) validate() error {
 	var errs []error
 	if c.Failures == 0 {

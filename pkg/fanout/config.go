@@ -123,6 +123,9 @@ func (c *Config) validate() error {
 	check(len(c.NodeID) <= MaxNodeIDBytes, "fanout.Config.NodeID", "is %d bytes, at most %d (a DNS name fits)", len(c.NodeID), MaxNodeIDBytes)
 	errs = append(errs, c.validateBytes()...)
 	check(len(c.Peers) == 0 || c.Dial != nil, "fanout.Config.Dial", "must be set when there are peers")
+	if c.Dial != nil { // peers now or later (SetPeers): their batchers and breakers must be makeable
+		errs = append(errs, c.Batcher.Validate(), c.Breaker.Validate())
+	}
 	check(c.ReplicateTimeout > 0, "fanout.Config.ReplicateTimeout", "must be > 0, got %s", c.ReplicateTimeout)
 	check(c.AntiEntropyInterval >= 0, "fanout.Config.AntiEntropyInterval", "must be >= 0 (0: off), got %s", c.AntiEntropyInterval)
 	check(c.SyncTimeout >= 0, "fanout.Config.SyncTimeout", "must be >= 0, got %s", c.SyncTimeout)
