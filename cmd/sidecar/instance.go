@@ -55,8 +55,8 @@ type instanceConfig struct {
 	// and the command line are not for whoever can reach the admin address.
 	pprofAddr       string
 	appLis, peerLis net.Listener
-	node                         fanout.Config
-	log                          *slog.Logger
+	node            fanout.Config
+	log             *slog.Logger
 	// dataDir is --data-dir ("": memory only). nodeIDGiven: node.NodeID was set by
 	// the operator, so a data dir saved with another id is an error.
 	dataDir     string
@@ -70,17 +70,17 @@ type instance struct {
 	app, peer *grpc.Server
 	// health answers grpc.health.v1 on every listener (app, peer, admin): one
 	// state, however a probe reaches the node.
-	health     *health.Server
-	adminGRPC  *grpc.Server // the admin address's gRPC side: health only
-	admin      *http.Server
-	pprof      *http.Server
-	store      *store.Store    // --data-dir; nil without one
-	peerTLS    *peertls.Source // --peer-tls-*; nil: plaintext peers
-	token      *apptoken.Token // --app-token-file; nil: apps need none
-	log        *slog.Logger
-	appAddr    string
-	peerAddr   string
-	wg         sync.WaitGroup // the serve goroutines
+	health    *health.Server
+	adminGRPC *grpc.Server // the admin address's gRPC side: health only
+	admin     *http.Server
+	pprof     *http.Server
+	store     *store.Store    // --data-dir; nil without one
+	peerTLS   *peertls.Source // --peer-tls-*; nil: plaintext peers
+	token     *apptoken.Token // --app-token-file; nil: apps need none
+	log       *slog.Logger
+	appAddr   string
+	peerAddr  string
+	wg        sync.WaitGroup // the serve goroutines
 }
 
 func startInstance(c instanceConfig) (*instance, error) {
