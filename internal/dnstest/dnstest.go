@@ -105,7 +105,7 @@ func binary(t testing.TB) string {
 			return p
 		}
 	}
-	t.Fatal("dnstest: dnsmasq not found in PATH, /usr/sbin or /sbin: run test/deps.sh (or apt-get install dnsmasq)")
+	t.Fatal("dnstest: dnsmasq not found in PATH, /usr/sbin or /sbin: run test/deps.sh (or apt-get install dnsmasq-base)")
 	return ""
 }
 
