@@ -332,7 +332,14 @@ func (s *Server) resolver() *net.Resolver {
 	addr := s.Addr()
 	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// Go's resolver bounds a query by a deadline on the conn, not by ctx: close it
+		// when ctx ends, so no query outlives the lookup that gave up on it.
+		context.AfterFunc(ctx, func() { c.Close() })
+		return c, nil
 	}}
 }
 

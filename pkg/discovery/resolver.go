@@ -97,13 +97,28 @@ func NewResolver(cfg Config) (*Resolver, error) {
 	}
 	r := &Resolver{r: net.DefaultResolver, server: cfg.Server, timeout: cfg.Timeout}
 	if cfg.Server != "" {
-		server := cfg.Server
-		r.r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, server)
-		}}
+		r.r = &net.Resolver{PreferGo: true, Dial: dialer(cfg.Server)}
 	}
 	return r, nil
+}
+
+// dialer returns a net.Resolver's Dial that sends every query to server, over the
+// network the resolver asks for: "udp", or "tcp" after a truncated answer.
+//
+// Go's resolver bounds each query by a deadline on its connection (resolv.conf's
+// timeout, 5s by default), not by its context. So the connection is closed when the
+// context ends: a Lookup that gave up at Config.Timeout releases its sockets and
+// goroutines at once, not seconds later.
+func dialer(server string) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, server)
+		if err != nil {
+			return nil, err
+		}
+		context.AfterFunc(ctx, func() { c.Close() })
+		return c, nil
+	}
 }
 
 // Lookup resolves t into the peers' addresses, ip:port (IPv6 as [ip]:port), sorted
