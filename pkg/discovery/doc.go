@@ -25,7 +25,7 @@ list, so a short Service name works inside its namespace.
 	addrs, err := r.Lookup(ctx, t) // ["10.0.0.2:7000", "10.0.0.10:7000", "[fd00::1]:7000"]
 
 Config.Server (--dns-server) sends every query to one server, over UDP and over TCP
-when an answer is truncated (a Service of more than about 70 pods); empty asks the
+when an answer is truncated (past about 70 IPv4 or 40 IPv6 pods); empty asks the
 system's resolver. The addresses come back sorted (by IP, numerically, IPv4 first,
 then port) and without duplicates, so two answers compare with slices.Equal.
 

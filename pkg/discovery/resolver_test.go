@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,7 +109,6 @@ func TestLookupSeesChanges(t *testing.T) {
 
 // TestLookupTCP: 200 A records do not fit the 1232-byte UDP answer that Go's
 // resolver asks for (EDNS0), so dnsmasq truncates it and Go asks again over TCP.
-// Getting all 200 back is the proof: a truncated answer would fail or be short.
 func TestLookupTCP(t *testing.T) {
 	s := dnstest.Start(t)
 	var ips, want []string
@@ -118,9 +118,21 @@ func TestLookupTCP(t *testing.T) {
 		want = append(want, ip+":7000")
 	}
 	s.SetHosts(map[string][]string{"peers.fanout.test": ips})
-	got, err := lookup(t, newResolver(t, s, 2*time.Second), "peers.fanout.test:7000")
+	r := newResolver(t, s, 2*time.Second)
+	var tcp atomic.Int32
+	dial := dialer(s.Addr())
+	r.r.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		if network == "tcp" {
+			tcp.Add(1)
+		}
+		return dial(ctx, network, address)
+	}
+	got, err := lookup(t, r, "peers.fanout.test:7000")
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("Lookup = %d addresses, %v; want 200", len(got), err)
+	}
+	if tcp.Load() == 0 {
+		t.Fatal("no query went over TCP")
 	}
 }
 
