@@ -112,7 +112,7 @@ func (t *Task) run(ctx context.Context) {
 	defer close(t.done)
 	s := newSchedule(t.cfg.Interval, t.cfg.MaxFactor)
 	for {
-		o, err, ok := t.attempt(ctx)
+		o, ok, err := t.attempt(ctx)
 		if !ok { // cut short by Stop: no outcome
 			t.mu.Lock()
 			t.st.Running = false
@@ -129,7 +129,7 @@ func (t *Task) run(ctx context.Context) {
 
 // attempt runs fn once, bounded by Config.Timeout, and waits for it to return. ok is
 // false if ctx ended first: Stop cut the attempt short and it has no outcome.
-func (t *Task) attempt(ctx context.Context) (o Outcome, err error, ok bool) {
+func (t *Task) attempt(ctx context.Context) (o Outcome, ok bool, err error) {
 	select {
 	case <-t.trigger: // this attempt serves every Trigger made before it
 	default:
@@ -156,7 +156,7 @@ func (t *Task) attempt(ctx context.Context) (o Outcome, err error, ok bool) {
 	case <-ctx.Done():
 		<-res
 	}
-	return o, err, ctx.Err() == nil
+	return o, ctx.Err() == nil, err
 }
 
 // classify gives the outcome of an attempt that returned err within its timeout.
