@@ -128,13 +128,16 @@ func (s *Server) SetHosts(hosts map[string][]string) {
 		s.hosts[name] = slices.Clone(ips)
 	}
 	s.writeHosts()
-	if s.cmd == nil || s.paused {
+	if s.cmd == nil {
 		return
 	}
+	// A paused process gets the signal when it continues.
 	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		s.t.Fatalf("dnstest: SIGHUP: %v", err)
 	}
-	s.waitServing()
+	if !s.paused {
+		s.waitServing()
+	}
 }
 
 // SetSRV replaces the SRV records, keyed by owner name ("_peer._tcp.fanout.test").
