@@ -4,6 +4,10 @@
 #     Prometheus runs every query of the Grafana dashboard (deploy/grafana);
 #   - python3-grpcio and python3-grpc-tools (Debian's, for /usr/bin/python3): the
 #     Python client example (examples/python) runs against a real cluster;
+#   - Debian's dnsmasq-base: a real DNS server for the tests of DNS peer discovery
+#     (internal/dnstest, used by pkg/discovery and test/e2e). The binary only: the
+#     dnsmasq package adds a system service that would start at install and take
+#     port 53 (next to systemd-resolved, on a developer's machine);
 #   - Node.js and npm (Debian's nodejs and npm, only if there is no node or npm at
 #     all), and examples/node's packages (@grpc/grpc-js, @grpc/proto-loader) by
 #     `npm ci` from its package-lock.json: the Node.js client example runs too.
@@ -16,6 +20,8 @@ missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
 /usr/bin/python3 -c 'import grpc' 2>/dev/null || missing+=(python3-grpcio)
 /usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || missing+=(python3-grpc-tools)
+# dnsmasq lives in /usr/sbin, which a user's PATH may lack.
+command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || missing+=(dnsmasq-base)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 
