@@ -20,6 +20,8 @@ var configFlags = map[string]string{
 	"fanout.Config.AntiEntropyInterval":       "--anti-entropy-interval",
 	"fanout.Config.SyncTimeout":               "--sync-timeout",
 	"fanout.Config.PeerRemovalGrace":          "--peer-removal-grace",
+	"refresh.Config.Interval":                 "--peers-refresh",
+	"discovery.Config.Server":                 "--dns-server",
 	"fanout.Config.TaskTTL":                   "--task-ttl",
 	"fanout.Config.State.MaxKeys":             "--state-max-keys",
 	"fanout.Config.State.MaxBytes":            "--state-max-bytes",

@@ -31,6 +31,9 @@ var sidecarSets = map[string]string{
 	"timingwheel.Config.Start":            "the node builds its wheel",
 	"purgatory.Config.Wheel":              "the node builds its purgatory",
 	"purgatory.Config.PurgeInterval":      "the node builds its purgatory",
+	"refresh.Config.MaxFactor":            "seed 001's 10x, not configurable",
+	"refresh.Config.Timeout":              "the default, min(--peers-refresh, 10s)",
+	"discovery.Config.Timeout":            "the default, 10s, at most --peers-refresh",
 }
 
 // fieldPath is how a library names a Config field in a configerr.Error, in its Field or
@@ -138,6 +141,8 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--breaker-open=0"}, "--breaker-open: must be > 0"},
 		{[]string{"--breaker-probes=0"}, "--breaker-probes: must be > 0"},
 		{[]string{"--peer-removal-grace=-1s"}, "--peer-removal-grace: must be >= 0"},
+		{[]string{"--peers-dns=peers.test:7071", "--peers-refresh=0"}, "--peers-refresh: must be > 0"},
+		{[]string{"--peers-dns=peers.test:7071", "--dns-server=dns.test"}, `--dns-server: "dns.test" is not an IP address`},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

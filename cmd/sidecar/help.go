@@ -21,7 +21,7 @@ type flagGroup struct {
 func serveFlagGroups() []flagGroup {
 	return []flagGroup{
 		{"Identity and listeners", []string{"node-id", "app-addr", "peer-addr", "admin-addr"}},
-		{"Peers: who they are", []string{"peers", "peer-removal-grace"}},
+		{"Peers: who they are", []string{"peers", "peers-dns", "peers-refresh", "dns-server", "peer-removal-grace"}},
 		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl"}},
 		{"Failures: timeouts, pauses and breakers", []string{"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
 			"breaker-failures", "breaker-open", "breaker-probes"}},

@@ -62,6 +62,8 @@ type instanceConfig struct {
 	dataDir     string
 	nodeIDGiven bool
 	security    securityOptions
+	// collectors are registered on /metrics beside the node's (DNS discovery's).
+	collectors []prometheus.Collector
 }
 
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
@@ -160,6 +162,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 		return fail(err)
 	}
 	reg.MustRegister(fanout.NewCollector(node))
+	reg.MustRegister(c.collectors...)
 
 	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
 	inst.health = health.NewServer()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -32,6 +33,7 @@ type serveOptions struct {
 	dataDir                      string
 	nodeIDGiven                  bool // --node-id or FANOUT_NODE_ID was set
 	security                     securityOptions
+	discovery                    discoveryOptions
 	node                         fanout.Config
 }
 
@@ -45,6 +47,7 @@ func defaultServeOptions() serveOptions {
 		gomaxprocs:      1,
 		memoryLimit:     "auto",
 		node:            fanout.DefaultConfig(),
+		discovery:       defaultDiscoveryOptions(),
 	}
 }
 
@@ -85,6 +88,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
 	addLimitFlags(fs, c)
 	o.security.addFlags(fs)
+	o.discovery.addFlags(fs)
 }
 
 func newServeCmd() *cobra.Command {
@@ -157,18 +161,39 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	o.node.Peers = list
+	disc, err := o.discovery.newDiscoverer(list, o.peerAddr, log)
+	if err != nil {
+		return err
+	}
+	var collectors []prometheus.Collector
+	if disc != nil {
+		o.node.Peers = disc.initial(ctx)
+		o.node.OnUnknownPeer = func(string) { disc.trigger() }
+		collectors = append(collectors, newDiscoveryCollector(disc))
+	}
 	inst, err := startInstance(instanceConfig{
 		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr, pprofAddr: o.pprofAddr,
 		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven, security: o.security,
+		collectors: collectors,
 	})
 	if err != nil {
 		return forFlags(err)
+	}
+	if disc != nil {
+		if err := disc.start(inst.node.SetPeers); err != nil {
+			inst.shutdown(context.Background())
+			return err
+		}
+		defer disc.stop() // before the shutdown below: the set stops changing first
 	}
 	log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	<-ctx.Done()
 	log.Info("signal received; draining", "shutdown_timeout", o.shutdownTimeout.String())
 	dctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
+	if disc != nil {
+		disc.stop()
+	}
 	if err := inst.shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

@@ -75,7 +75,7 @@ func ParseServer(s string) (string, error) {
 	}
 	ap, err := netip.ParseAddrPort(s)
 	if err != nil || ap.Port() == 0 {
-		return "", fmt.Errorf("--dns-server %q: give the DNS server's IP address, with an optional port (10.96.0.10, 10.96.0.10:53, [fd00::a]:53)", s)
+		return "", fmt.Errorf("%q is not an IP address with an optional port: give the DNS server's (10.96.0.10, 10.96.0.10:53, [fd00::a]:53)", s)
 	}
 	return ap.String(), nil
 }

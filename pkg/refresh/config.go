@@ -49,6 +49,10 @@ func DefaultConfig() Config {
 	return Config{Interval: 30 * time.Second, MaxFactor: 10}
 }
 
+// Validate checks c as Start would, without changing it: a caller that starts the
+// Task later refuses a bad Config at its own start.
+func (c Config) Validate() error { return c.validate() }
+
 // validate checks c and fills its zero-valued defaults.
 func (c *Config) validate() error {
 	if c.Interval <= 0 {
