@@ -205,54 +205,61 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event
 }
 
 // learn records the peer's node id and incarnation: a peer that is this node is
-// scheduled for removal; a clash of ids is recorded as a conflict (members.go).
+// scheduled for removal; a change re-checks the peers' ids for conflicts
+// (members.go). It runs on every answer, so an answer that changes nothing returns
+// at once.
 func (l *link) learn(id string, inc uint64) {
 	if id == "" {
 		return
 	}
-	if cur := l.nodeID.Load(); cur == nil || *cur != id {
-		l.nodeID.Store(&id)
+	if cur := l.nodeID.Load(); cur != nil && *cur == id && (inc == 0 || inc == l.incarnation.Load()) {
+		return
 	}
+	n := l.node
+	n.members.idMu.Lock()
+	l.nodeID.Store(&id)
 	if inc != 0 {
 		l.incarnation.Store(inc)
 	}
-	n := l.node
-	switch {
-	case id == n.cfg.NodeID && (inc == 0 || inc == n.incarnation):
-		// Incarnation 0: an older peer that does not send one; by id alone it is us.
+	n.members.idMu.Unlock()
+	// Incarnation 0: an older peer that does not send one; by id alone it is us.
+	if id == n.cfg.NodeID && (inc == 0 || inc == n.incarnation) {
 		if !l.isSelf.Swap(true) {
 			n.markSelf(l)
 		}
-	case id == n.cfg.NodeID:
-		l.selfConflict.Store(true)
-		l.setConflict(fmt.Sprintf("the peer answers with this node's own id %q from another process: two processes run with one --node-id "+
-			"and cannot replicate to each other (events for it fail as permanent errors, never acked); give each its own id", id))
-	default:
-		l.selfConflict.Store(false)
-		l.setConflict(n.idClash(l, id, inc))
+		return
 	}
+	n.checkIDs()
 }
 
-// idClash describes the other peers that answer with id from another process than
-// l's, and marks them too; "" if none.
-func (n *Node) idClash(l *link, id string, inc uint64) string {
-	if inc == 0 {
-		return ""
-	}
-	var others []string
-	for _, o := range *n.links.Load() {
-		if o == l || o.peerNodeID() != id {
+// checkIDs re-checks every peer's id for a conflict: this node's own id from another
+// process, or one id from two processes. It looks at all links at once, under idMu,
+// so that two links learning at the same time cannot clear each other's conflict.
+func (n *Node) checkIDs() {
+	n.members.idMu.Lock()
+	defer n.members.idMu.Unlock()
+	links := *n.links.Load()
+	for _, l := range links {
+		id, inc := l.peerNodeID(), l.incarnation.Load()
+		if id == n.cfg.NodeID && inc != 0 && inc != n.incarnation {
+			l.selfConflict.Store(true)
+			l.setConflict(fmt.Sprintf("the peer answers with this node's own id %q from another process: two processes run with one --node-id "+
+				"and cannot replicate to each other (events for it fail as permanent errors, never acked); give each its own id", id))
 			continue
 		}
-		if oi := o.incarnation.Load(); oi != 0 && oi != inc {
-			others = append(others, o.addr)
-			o.setConflict(fmt.Sprintf("node id %q also answers from %s, another process: give each node its own --node-id", id, l.addr))
+		l.selfConflict.Store(false)
+		var others []string
+		for _, o := range links {
+			if oi := o.incarnation.Load(); o != l && id != "" && inc != 0 && o.peerNodeID() == id && oi != 0 && oi != inc {
+				others = append(others, o.addr)
+			}
 		}
+		msg := ""
+		if len(others) > 0 {
+			msg = fmt.Sprintf("node id %q also answers from %s, another process: give each node its own --node-id", id, strings.Join(others, ", "))
+		}
+		l.setConflict(msg)
 	}
-	if len(others) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("node id %q also answers from %s, another process: give each node its own --node-id", id, strings.Join(others, ", "))
 }
 
 // setConflict records the link's id conflict ("" clears it), logging each change.

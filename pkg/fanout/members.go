@@ -29,6 +29,9 @@ import (
 // (copy-on-write, read without a lock by Submit); every change of it is made under mu.
 type members struct {
 	mu sync.Mutex
+	// idMu serializes the links' node id changes and the conflict checks over them
+	// (link.learn, checkIDs); never held with mu.
+	idMu sync.Mutex
 	// leaving holds the links out of the set, by address, still sending what they
 	// had pending; each has a goroutine that closes it at the end of the grace.
 	leaving map[string]*leavingLink
@@ -123,6 +126,9 @@ func (n *Node) SetPeers(addrs []string) error {
 	n.links.Store(&next)
 	for _, l := range gone {
 		n.startLeaving(l)
+	}
+	if len(gone) > 0 {
+		defer n.checkIDs() // a conflict may have left with a peer (idMu is taken under mu, never the other way)
 	}
 	for _, l := range added {
 		m.added.Add(1)
@@ -223,6 +229,7 @@ func (n *Node) removeSelf() {
 		n.log.Info("peer address is this node; dropping it", "peer", l.addr)
 		l.close()
 	}
+	n.checkIDs()
 }
 
 // allLinks is the set and the links still leaving it, for status and metrics.
