@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test deps unit generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test deps unit manifests generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -22,8 +22,9 @@ demo: build
 	bin/sidecar demo
 
 ## test: everything CI checks — format, vet, proto lint, generated code is current,
-## and every test (unit, handler, fuzz seeds, end-to-end) with the race detector
-test: fmt-check vet lint check-generated deps unit
+## every test (unit, handler, fuzz seeds, end-to-end) with the race detector, and the
+## packaging (Dockerfile, Kubernetes manifests)
+test: fmt-check vet lint check-generated deps unit manifests
 
 ## deps: install the test tools Go does not bring (promtool, Python's grpc, Node.js and
 ## examples/node's packages by npm ci), if missing or stale
@@ -35,6 +36,15 @@ deps:
 unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) -C test test -race -count=1 ./...
+
+## manifests: the Dockerfile and deploy/kubernetes, checked without Docker or a cluster
+## (deploy/kubernetes/check, a module of its own so that the Kubernetes API types stay
+## out of the product's go.mod): every manifest decoded strictly into its API type,
+## each kustomization rendered, the rules the manifests' comments state, and the
+## sidecar built with the Dockerfile's own go build line: static, knows every FANOUT_*
+## variable the manifests set, answers the probes' gRPC health checks
+manifests:
+	$(GO) -C deploy/kubernetes/check test -count=1 ./...
 
 ## generate: rewrite gen/ from proto/ (offline: buf and plugins are Go tools)
 generate:
@@ -56,6 +66,7 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 	$(GO) -C test vet ./...
+	$(GO) -C deploy/kubernetes/check vet ./...
 
 ## bench: micro-benchmarks (not run by CI; see docs/BENCHMARKS.md)
 bench:
