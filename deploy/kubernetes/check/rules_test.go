@@ -31,7 +31,7 @@ const (
 	defaultShutdown   = 10 * time.Second          // --shutdown-timeout
 	defaultSyncWait   = 30 * time.Second          // --sync-timeout
 	defaultPeerAddr   = "0.0.0.0:7071"            // --peer-addr
-	defaultAdminAddr  = "0.0.0.0:9090"            // --admin-addr (from issue 11; 127.0.0.1:9090 before)
+	defaultAdminAddr  = "0.0.0.0:9090"            // --admin-addr
 	defaultStateKeys  = 1000000                   // --state-max-keys
 	defaultStateBytes = 512 << 20                 // --state-max-bytes
 	// Bytes the state table takes per key beside the event's own bytes

@@ -23,14 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// newFlags are the serve flags issue 11 adds, which the manifests use. Until the
-// sidecar of this checkout has them, the checks that need them fail saying so.
-var newFlags = map[string]bool{
-	"peers-dns": true, "peers-refresh": true, "dns-server": true, "peer-removal-grace": true, "pprof-addr": true,
-}
-
-const newFlagsNote = "issue 11 adds it (--peers-dns, --peers-refresh, --dns-server, --peer-removal-grace, --pprof-addr, and gRPC health and /readyz on --admin-addr); this check passes once this checkout's cmd/sidecar has it"
-
 // serveFlags are the flags `sidecar serve --help` lists.
 func serveFlags(t testing.TB, bin string) map[string]bool {
 	t.Helper()
@@ -85,11 +77,7 @@ func TestSidecarKnowsEveryVariable(t *testing.T) {
 			}
 			sort.Strings(flags)
 			for _, f := range flags {
-				switch {
-				case known[f]:
-				case newFlags[f]:
-					t.Errorf("%s: %s: the sidecar built from this checkout has no --%s: %s", name, set[f], f, newFlagsNote)
-				default:
+				if !known[f] {
 					t.Errorf("%s: %s: sidecar serve has no --%s (see sidecar serve --help)", name, set[f], f)
 				}
 			}
@@ -208,11 +196,7 @@ func TestSidecarServesTheProbes(t *testing.T) {
 		missing = append(missing, "GET /readyz: "+err.Error())
 	}
 	if len(missing) > 0 {
-		note := ""
-		if !known["pprof-addr"] {
-			note = "\nthe admin listener of this checkout's sidecar serves HTTP only: " + newFlagsNote
-		}
-		t.Errorf("the admin port (%s) does not answer what the probes ask:\n  %s%s", admin, strings.Join(missing, "\n  "), note)
+		t.Errorf("the admin port (%s) does not answer what the probes ask:\n  %s", admin, strings.Join(missing, "\n  "))
 	}
 
 	// The sidecar read every variable it was given.
