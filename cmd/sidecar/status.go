@@ -180,7 +180,7 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 		if e := p.GetLastError(); e != nil {
 			lastErr = fmt.Sprintf("%s %s ago", strings.ToLower(e.GetClass()), age(now, e.GetAt().AsTime()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", shortAddr(p.GetAddress(), peerColumn), peerNode(p), p.GetBreaker(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", shortAddr(p.GetAddress(), peerColumn), peerNode(p), peerBreaker(p),
 			p.GetPending(), p.GetInFlight(), p.GetSucceeded()+p.GetStale(), p.GetOverflow()+p.GetExpired()+p.GetPermanent(), lastErr)
 	}
 	tw.Flush()
@@ -199,7 +199,7 @@ func printStatusWide(w io.Writer, st *fanoutv1.GetStatusResponse) {
 	fmt.Fprintln(tw, "PEER\tNODE\tBREAKER\tPENDING\tIN-FLIGHT\tACCEPTED\tSUCCEEDED\tOVERRIDDEN\tOVERFLOW\tEXPIRED\tREPLAYED\tCONGESTION\tTRANSIENT\tPERMANENT\tSTALE\t")
 	for _, p := range st.GetPeers() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
-			p.GetAddress(), peerNode(p), p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
+			p.GetAddress(), peerNode(p)+leaving(p), p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
 			p.GetOverridden(), p.GetOverflow(), p.GetExpired(), p.GetReplayed(), p.GetCongestion(), p.GetTransient(),
 			p.GetPermanent(), p.GetStale())
 	}
@@ -226,12 +226,27 @@ func shortAddr(addr string, n int) string {
 	return string(r[:keep]) + "…" + port
 }
 
-// peerNode is a peer's node id, "?" until it has answered.
+// peerNode is a peer's node id, "?" until it has answered; "!" marks an id that
+// clashes (the lines under the table say why).
 func peerNode(p *fanoutv1.PeerStatus) string {
-	if id := p.GetNodeId(); id != "" {
-		return id
+	id := p.GetNodeId()
+	if id == "" {
+		id = "?"
 	}
-	return "?"
+	if p.GetNodeIdConflict() != "" {
+		id += "!"
+	}
+	return id
+}
+
+// peerBreaker is the narrow table's BREAKER column: the breaker's state, or "leaving"
+// for a peer out of the set that is still sent what it had pending (-o wide shows
+// both).
+func peerBreaker(p *fanoutv1.PeerStatus) string {
+	if p.GetRemoving() {
+		return "leaving"
+	}
+	return p.GetBreaker()
 }
 
 // age is now - t rounded for a table: 850ms, 12s, 3m4s.
@@ -246,6 +261,9 @@ func age(now, t time.Time) string {
 // printPeerErrors prints why each failing peer fails: its latest failed Replicate.
 func printPeerErrors(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time) {
 	for _, p := range st.GetPeers() {
+		if c := p.GetNodeIdConflict(); c != "" {
+			fmt.Fprintf(w, "\nnode id conflict at %s: %s", p.GetAddress(), c)
+		}
 		if e := p.GetLastError(); e != nil {
 			fmt.Fprintf(w, "\nlast error to %s (%s, %s ago): %s", p.GetAddress(), e.GetClass(),
 				now.Sub(e.GetAt().AsTime()).Round(time.Second), e.GetMessage())
@@ -273,4 +291,11 @@ func printSync(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time) {
 			s.GetLastDuration().AsDuration().Round(time.Millisecond), s.GetPulled(), s.GetPushed(), s.GetDigestBytes(), s.GetBytes(), errText)
 	}
 	tw.Flush()
+}
+
+func leaving(p *fanoutv1.PeerStatus) string {
+	if p.GetRemoving() {
+		return " (leaving)"
+	}
+	return ""
 }

@@ -47,6 +47,8 @@ func sampleStatus() *fanoutv1.GetStatusResponse {
 				Sync: &fanoutv1.SyncStatus{Rounds: 3, LastSuccess: timestamppb.New(now.Add(-12 * time.Second)), LastDuration: durationpb.New(3 * time.Millisecond)}},
 			{Address: "10.0.0.3:7071", Breaker: "open", Transient: 9,
 				LastError: &fanoutv1.PeerError{Class: "network", Message: "dial tcp 10.0.0.3:7071: connection refused", At: timestamppb.New(now.Add(-2 * time.Second))}},
+			{Address: "10.0.0.4:7071", NodeId: "node-a", Breaker: "closed", Removing: true,
+				NodeIdConflict: "the peer answers with this node's own id \"node-a\" from another process"},
 		},
 	}
 }
@@ -60,7 +62,8 @@ func TestStatusOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a", "ready yes", "SENT", "DROPPED", "fanout-1.fanout.pr…:7071", "network 2s ago", "connection refused"} {
+	for _, want := range []string{"node node-a", "ready yes", "SENT", "DROPPED", "fanout-1.fanout.pr…:7071", "network 2s ago", "connection refused",
+		"node-a!", "leaving", "node id conflict at 10.0.0.4:7071: the peer answers with this node's own id"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("status lacks %q:\n%s", want, table)
 		}
@@ -107,7 +110,7 @@ func TestStatusOutputs(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m.State.Revision != "1152921504606846976" || len(m.Peers) != 2 || m.Peers[0]["congestion"] != "0" {
+		if m.State.Revision != "1152921504606846976" || len(m.Peers) != 3 || m.Peers[0]["congestion"] != "0" {
 			t.Errorf("status %v: want 64-bit numbers as exact strings and zeros present:\n%s", args, out)
 		}
 	}
