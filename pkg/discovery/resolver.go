@@ -137,6 +137,11 @@ func (r *Resolver) Lookup(ctx context.Context, t Target) ([]string, error) {
 	if !t.SRV && (t.Port < 1 || t.Port > 65535) {
 		return nil, fmt.Errorf("discovery: %s: port out of range 1..65535", t)
 	}
+	// Go's resolver may still answer from a query it sends before it looks at ctx: a
+	// cancelled Lookup must not return addresses (seen under load in TestLookupCancelled).
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var addrs []netip.AddrPort
