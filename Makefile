@@ -103,6 +103,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeClock -fuzztime=$(FUZZTIME) ./pkg/store/
 	$(GO) test -run='^$$' -fuzz=FuzzServe -fuzztime=$(FUZZTIME) ./pkg/antientropy/
 	$(GO) test -run='^$$' -fuzz=FuzzApplySync -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz='FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/discovery/
+	$(GO) test -run='^$$' -fuzz=FuzzParseServer -fuzztime=$(FUZZTIME) ./pkg/discovery/
 
 clean:
 	rm -rf bin
