@@ -147,8 +147,9 @@ func TestDNSMembership(t *testing.T) {
 	stop := make(chan struct{})
 	errs := make(chan error, 3)
 	for origin := range 3 {
+		// Read the cluster here: the test goroutine appends nodes while the load runs.
+		id, cli := d.node(origin).spec.ID, d.client(origin)
 		go func() {
-			id := d.node(origin).spec.ID
 			reqs := changes("dns/"+id+"/", id, 40, 5)
 			for round := 0; ; round++ {
 				select {
@@ -161,7 +162,7 @@ func TestDNSMembership(t *testing.T) {
 				for _, ev := range r {
 					ev.Payload = []byte(fmt.Sprintf("%s@%d", ev.GetTaskId(), round))
 				}
-				if err := submitAll(d.client(origin), id, [][]*fanoutv1.Event{r}, l); err != nil {
+				if err := submitAll(cli, id, [][]*fanoutv1.Event{r}, l); err != nil {
 					errs <- err
 					return
 				}
