@@ -418,3 +418,40 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// backgroundLoad makes each origin (node index) update n keys of its own
+// (prefix+id+"/"), batch per request, one request every 20ms in turn, each recorded
+// in l, until the returned stop is called; stop fails the test on any error. The
+// clients are taken here: the test goroutine may change the cluster meanwhile.
+func backgroundLoad(t *testing.T, c *cluster, origins []int, prefix string, n, batch int, l *ledger) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	errs := make(chan error, len(origins))
+	for _, origin := range origins {
+		id, cli := c.node(origin).spec.ID, c.client(origin)
+		go func() {
+			for round := 0; ; round++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				reqs := changes(prefix+id+"/", fmt.Sprint(round), n, batch)
+				if err := submitAll(cli, id, reqs[round%len(reqs):round%len(reqs)+1], l); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		t.Helper()
+		close(done)
+		for range origins {
+			if err := <-errs; err != nil {
+				t.Fatalf("background load: %v", err)
+			}
+		}
+	}
+}

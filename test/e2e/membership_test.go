@@ -144,39 +144,7 @@ func TestDNSMembership(t *testing.T) {
 
 	// The load: A, B and C each update 40 keys of their own, 5 per request, every 20ms.
 	l := newLedger()
-	stop := make(chan struct{})
-	errs := make(chan error, 3)
-	for origin := range 3 {
-		// Read the cluster here: the test goroutine appends nodes while the load runs.
-		id, cli := d.node(origin).spec.ID, d.client(origin)
-		go func() {
-			reqs := changes("dns/"+id+"/", id, 40, 5)
-			for round := 0; ; round++ {
-				select {
-				case <-stop:
-					errs <- nil
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				r := reqs[round%len(reqs)]
-				for _, ev := range r {
-					ev.Payload = []byte(fmt.Sprintf("%s@%d", ev.GetTaskId(), round))
-				}
-				if err := submitAll(cli, id, [][]*fanoutv1.Event{r}, l); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	stopLoad := func() {
-		close(stop)
-		for range 3 {
-			if err := <-errs; err != nil {
-				t.Fatalf("load: %v", err)
-			}
-		}
-	}
+	stopLoad := backgroundLoad(t, d.cluster, []int{0, 1, 2}, "dns/", 40, 5, l)
 	time.Sleep(300 * time.Millisecond)
 
 	t.Run("scaled to 5 under load", func(t *testing.T) {

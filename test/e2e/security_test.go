@@ -145,34 +145,7 @@ func TestPeerCertificateRotation(t *testing.T) {
 	l := newLedger()
 
 	// The load: A and B each update 50 keys of their own, 10 per request, every 20ms.
-	stop := make(chan struct{})
-	errs := make(chan error, 2)
-	for _, origin := range []int{0, 1} {
-		go func() {
-			id := c.node(origin).spec.ID
-			for round := 0; ; round++ {
-				select {
-				case <-stop:
-					errs <- nil
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				reqs := changes("rotation/"+id+"/", fmt.Sprint(round), 50, 10)
-				if err := submitAll(c.client(origin), id, reqs[round%len(reqs):round%len(reqs)+1], l); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	stopLoad := func() {
-		close(stop)
-		for range 2 {
-			if err := <-errs; err != nil {
-				t.Fatalf("load during the rotation: %v", err)
-			}
-		}
-	}
+	stopLoad := backgroundLoad(t, c, []int{0, 1}, "rotation/", 50, 10, l)
 
 	rotate := func(step string, signer *testpki.CA, bundle ...*testpki.CA) {
 		t.Helper()
