@@ -33,7 +33,9 @@ type Peer interface {
 // Apply validates every entry first and, if all are valid, stores them in the state
 // table (each if it wins) and returns how many were stored. An invalid entry fails
 // the whole call, naming it.
-type Apply func(entries []*fanoutv1.SyncEntry) (applied int, err error)
+// from is the node id of the peer the entries came from (a Pull's receiver, a
+// Push's caller): an entry of another origin is relayed.
+type Apply func(from string, entries []*fanoutv1.SyncEntry) (applied int, err error)
 
 // Config is a Syncer's. NodeID, Table and Apply are required.
 type Config struct {
@@ -170,7 +172,7 @@ func (s *Syncer) repair(ctx context.Context, p Peer, leaves []uint32, r *Result)
 		err := p.Pull(ctx, req, func(resp *fanoutv1.PullResponse) error {
 			r.Bytes += proto.Size(resp)
 			if len(resp.GetEntries()) > 0 {
-				n, err := s.cfg.Apply(resp.GetEntries())
+				n, err := s.cfg.Apply(r.PeerID, resp.GetEntries())
 				r.Pulled += n
 				if err != nil {
 					return fmt.Errorf("from %s: %w", r.PeerID, err)

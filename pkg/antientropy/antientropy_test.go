@@ -36,7 +36,7 @@ func newSide(t testing.TB, id string, messageBytes int) *side {
 }
 
 // apply is a node's Apply: validate all, then store each.
-func (sd *side) apply(es []*fanoutv1.SyncEntry) (int, error) {
+func (sd *side) apply(_ string, es []*fanoutv1.SyncEntry) (int, error) {
 	evs := make([]*fanoutv1.Event, len(es))
 	for i, e := range es {
 		evs[i] = new(fanoutv1.Event)

@@ -141,7 +141,7 @@ func (s *Syncer) Push(req *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error)
 	if err := s.checkNodeID(req.GetNodeId()); err != nil {
 		return nil, err
 	}
-	n, err := s.cfg.Apply(req.GetEntries())
+	n, err := s.cfg.Apply(req.GetNodeId(), req.GetEntries())
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,8 @@ type refusals struct {
 const refusalLogEvery = 10 * time.Second
 
 // authorize checks, with peers authenticated (Config.CallerIDs), that the caller in
-// ctx is origin: a peer writes only as itself.
+// ctx is origin: a peer writes (Replicate) and pushes (anti-entropy Push) only as
+// itself.
 func (n *Node) authorize(ctx context.Context, origin string) error {
 	if n.cfg.CallerIDs == nil {
 		return nil
@@ -42,13 +43,13 @@ func (n *Node) authorize(ctx context.Context, origin string) error {
 		err = fmt.Errorf("%w: the peer listener requires a client certificate", ErrUnauthenticated)
 	case !slices.Contains(ids, origin):
 		n.refused.origin.Add(1)
-		err = fmt.Errorf("%w: origin_node %q, but the caller's certificate names %q", ErrForbidden, origin, ids)
+		err = fmt.Errorf("%w: the call names node %q, but the caller's certificate names %q", ErrForbidden, origin, ids)
 	default:
 		return nil
 	}
 	now := n.cfg.Now().UnixNano()
 	if last := n.refused.lastLog.Load(); now-last >= int64(refusalLogEvery) && n.refused.lastLog.CompareAndSwap(last, now) {
-		n.log.Warn("refused a peer's Replicate", "err", err.Error(),
+		n.log.Warn("refused a peer's call", "err", err.Error(),
 			"refused_unauthenticated", n.refused.unauthenticated.Load(), "refused_origin", n.refused.origin.Load())
 	}
 	return err

@@ -173,7 +173,7 @@ func FuzzApplySync(f *testing.F) {
 		}
 		defer n.Close()
 		before := n.table.Revision()
-		applied, err := n.applySync(req.GetEntries())
+		applied, err := n.applySync("fuzz", req.GetEntries())
 		if err != nil {
 			if n.table.Revision() != before || applied != 0 {
 				t.Fatalf("refused (%v) but applied %d", err, applied)

@@ -22,7 +22,7 @@ type Collector struct {
 type descs struct {
 	peers, events, queue, pendingBytes, idle, breaker, rtt, conflict, setChanges, removedDropped *prometheus.Desc
 	syncRounds, syncKeys, syncBytes, syncLast, syncDur                                           *prometheus.Desc
-	submitted, received, lag, ackWait, refused, versions                                         *prometheus.Desc
+	submitted, received, lag, ackWait, refused, versions, relayed                                *prometheus.Desc
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted                   *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                                  *prometheus.Desc
 }
@@ -83,8 +83,12 @@ func NewCollector(n *Node) *Collector {
 		ackWait: g("fanout_ack_wait_seconds",
 			"How long a Submit with ack ONE, QUORUM or ALL waited for its peers, by policy and by whether it was satisfied.", "policy", "satisfied"),
 		refused: g("fanout_peer_calls_refused_total",
-			"Replicate calls refused with peers authenticated (mutual TLS), by reason: unauthenticated (no client certificate), "+
-				"origin (origin_node is not the caller's node id).", "reason"),
+			"Replicate and anti-entropy Push calls refused with peers authenticated (mutual TLS), by reason: unauthenticated (no client "+
+				"certificate), origin (the call names another node than the caller's certificate).", "reason"),
+		relayed: g("fanout_sync_relayed_entries_total",
+			"Anti-entropy entries received from a peer that is not their origin (nor this node), checked and offered to the state table: "+
+				"how a node gets the writes of nodes that are down or gone. With mutual TLS the sender is authenticated, the entries' "+
+				"origins are not (docs/SECURITY.md)."),
 		versions: g("fanout_versions_refused_total",
 			"Versions refused as too far ahead of this node's clock (or 0 from a peer), by where they came from: app (the whole Submit is "+
 				"refused), peer (that event of a Replicate is answered invalid), anti_entropy (the whole sync message is refused).", "from"),
@@ -114,7 +118,7 @@ func NewCollector(n *Node) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, x := range []*prometheus.Desc{d.peers, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
-		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions,
+		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions, d.relayed,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
 		ch <- x
@@ -163,6 +167,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.setChanges, n.members.removed.Load(), "removed")
 	counter(d.setChanges, n.members.returned.Load(), "returned")
 	counter(d.removedDropped, n.members.dropped.Load())
+	counter(d.relayed, n.relayed.Load())
 	counter(d.versions, n.versionsRefused.app.Load(), "app")
 	counter(d.versions, n.versionsRefused.peer.Load(), "peer")
 	counter(d.versions, n.versionsRefused.sync.Load(), "anti_entropy")

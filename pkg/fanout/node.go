@@ -50,6 +50,9 @@ type Node struct {
 	received  receivedStats
 	ackWait   *ackWaits
 	refused   refusals // peer calls authorize refused (auth.go)
+	// relayed counts anti-entropy entries received from a peer other than their
+	// origin (sync.go).
+	relayed atomic.Uint64
 	// versionsRefused counts versions refused as too far ahead (hlc.go), by path.
 	versionsRefused struct{ app, peer, sync atomic.Uint64 }
 

@@ -234,7 +234,12 @@ func (s *PeerServer) Pull(req *fanoutv1.PullRequest, stream fanoutv1.PeerService
 }
 
 // Push implements PeerService.Push (anti-entropy).
-func (s *PeerServer) Push(_ context.Context, req *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+func (s *PeerServer) Push(ctx context.Context, req *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+	// With peers authenticated, a Push names its caller truly, as a Replicate does:
+	// the entries' relayer (sync.go) is then who the certificate says.
+	if err := s.node.authorize(ctx, req.GetNodeId()); err != nil {
+		return nil, toStatus(err)
+	}
 	if s.node.Draining() {
 		return nil, toStatus(ErrShuttingDown)
 	}

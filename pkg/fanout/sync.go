@@ -309,7 +309,12 @@ func (n *Node) bootstrapWith(l *link, start time.Time) (antientropy.Result, erro
 // whole request naming the first bad one. Unlike Replicate it takes this node's own
 // writes too: a node restarted without --data-dir gets them back from its peers, and
 // its clock moves past them.
-func (n *Node) applySync(entries []*fanoutv1.SyncEntry) (int, error) {
+//
+// Entries of an origin other than from (the peer that sent them) and this node are
+// relayed: counted in fanout_sync_relayed_entries_total. Anti-entropy relays on
+// purpose (docs/SECURITY.md, "Anti-entropy relays"): a restarted or new node gets the
+// writes of nodes that are down or gone from the ones that hold them.
+func (n *Node) applySync(from string, entries []*fanoutv1.SyncEntry) (int, error) {
 	if n.draining.Load() {
 		return 0, ErrDraining
 	}
@@ -329,9 +334,12 @@ func (n *Node) applySync(entries []*fanoutv1.SyncEntry) (int, error) {
 		}
 		heads[i] = h
 	}
-	applied := 0
+	applied, relayed := 0, uint64(0)
 	for i, e := range entries {
 		h := heads[i]
+		if o := e.GetOrigin(); o != from && o != n.cfg.NodeID {
+			relayed++
+		}
 		n.clock.observe(h.version)
 		w := state.Write{Key: h.taskID, KeyOffset: h.taskOff, Raw: e.GetEvent(),
 			Stamp: state.Stamp{Version: h.version, Origin: e.GetOrigin()}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.deleted}
@@ -339,5 +347,6 @@ func (n *Node) applySync(entries []*fanoutv1.SyncEntry) (int, error) {
 			applied++
 		}
 	}
+	n.relayed.Add(relayed)
 	return applied, nil
 }
