@@ -104,3 +104,26 @@ func FuzzEachDelivery(f *testing.F) {
 		checkAgainstProto(t, b)
 	})
 }
+
+// BenchmarkEachDelivery measures the subscribers' reader on a SubscribeResponse with a
+// batch of 100 entries.
+func BenchmarkEachDelivery(b *testing.B) {
+	ts := timestamppb.New(time.Unix(1700000000, 123456789))
+	m := &fanoutv1.SubscribeResponse{}
+	for i := range 100 {
+		m.Batch = append(m.Batch, &fanoutv1.Entry{Event: &fanoutv1.Event{TaskId: "task", Payload: make([]byte, 100), Version: uint64(i + 1)},
+			OriginNode: "node-a", SubmittedAt: ts, Revision: uint64(i + 1)})
+	}
+	data, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if err := eachDelivery(data, func(*delivered) { n++ }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
