@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -34,9 +35,9 @@ func BenchmarkReplicateParse(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
-				var r rawReplicate
-				if err := parseReplicate(data, &r); err != nil || len(r.events) != events {
-					b.Fatal(err, len(r.events))
+				var r wire.Replicate
+				if err := wire.ParseReplicate(data, &r); err != nil || len(r.Events) != events {
+					b.Fatal(err, len(r.Events))
 				}
 			}
 		})
@@ -74,7 +75,7 @@ func BenchmarkSubscribeAppend(b *testing.B) {
 	b.Run("entry", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			buf = appendEntry(buf[:0], &es[0])
+			buf = wire.AppendEntry(buf[:0], wireEntry(&es[0]))
 		}
 	})
 	b.Run("batch=100", func(b *testing.B) {

@@ -1,4 +1,4 @@
-package loadgen
+package wire
 
 import (
 	"bytes"
@@ -9,19 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
-
-// observeMsg sends resp through the wire format and the bench's raw reader, as a
-// subscriber's stream does.
-func observeMsg(t *testing.T, s *subscriber, resp *fanoutv1.SubscribeResponse, arrival time.Duration) {
-	t.Helper()
-	b, err := proto.Marshal(resp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eachDelivery(b, func(d *delivered) { s.observe(d, arrival) }); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // flatten is what the raw reader must find in r: its own event, then its batch's.
 func flatten(r *fanoutv1.SubscribeResponse) []*fanoutv1.Entry {
@@ -41,11 +28,11 @@ func flatten(r *fanoutv1.SubscribeResponse) []*fanoutv1.Entry {
 func checkAgainstProto(t *testing.T, b []byte) {
 	var want fanoutv1.SubscribeResponse
 	if err := proto.Unmarshal(b, &want); err != nil {
-		return // not a message; eachDelivery may say anything but must not panic
+		return // not a message; EachDelivery may say anything but must not panic
 	}
-	var got []delivered
-	if err := eachDelivery(b, func(d *delivered) { got = append(got, *d) }); err != nil {
-		t.Fatalf("eachDelivery: %v on a message protobuf decodes", err)
+	var got []Delivery
+	if err := EachDelivery(b, func(d *Delivery) { got = append(got, *d) }); err != nil {
+		t.Fatalf("EachDelivery: %v on a message protobuf decodes", err)
 	}
 	flat := flatten(&want)
 	if len(got) != len(flat) {
@@ -57,9 +44,9 @@ func checkAgainstProto(t *testing.T, b []byte) {
 		if ts := w.GetSubmittedAt(); ts != nil {
 			sub = ts.GetSeconds()*1e9 + int64(ts.GetNanos())
 		}
-		if string(g.taskID) != w.GetEvent().GetTaskId() || !bytes.Equal(g.payload, w.GetEvent().GetPayload()) ||
-			g.version != w.GetEvent().GetVersion() || g.submitted != sub {
-			t.Fatalf("delivery %d: got %q %x v%d at %d; protobuf has %v", i, g.taskID, g.payload, g.version, g.submitted, w)
+		if string(g.TaskID) != w.GetEvent().GetTaskId() || !bytes.Equal(g.Payload, w.GetEvent().GetPayload()) ||
+			g.Version != w.GetEvent().GetVersion() || g.Submitted != sub {
+			t.Fatalf("delivery %d: got %q %x v%d at %d; protobuf has %v", i, g.TaskID, g.Payload, g.Version, g.Submitted, w)
 		}
 	}
 }
@@ -84,7 +71,7 @@ func TestEachDeliveryMatchesProtobuf(t *testing.T) {
 			checkAgainstProto(t, b)
 		})
 	}
-	if err := eachDelivery([]byte{0x0a, 0x05, 0x01}, func(*delivered) {}); err == nil {
+	if err := EachDelivery([]byte{0x0a, 0x05, 0x01}, func(*Delivery) {}); err == nil {
 		t.Fatal("a truncated event was accepted")
 	}
 }
@@ -100,7 +87,7 @@ func FuzzEachDelivery(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = eachDelivery(b, func(*delivered) {})
+		_ = EachDelivery(b, func(*Delivery) {})
 		checkAgainstProto(t, b)
 	})
 }
@@ -122,8 +109,63 @@ func BenchmarkEachDelivery(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		if err := eachDelivery(data, func(*delivered) { n++ }); err != nil {
+		if err := EachDelivery(data, func(*Delivery) { n++ }); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestAppendEntryMatchesProtobuf decodes what the writers wrote: an Entry, which is
+// also a one-event SubscribeResponse, a response of batch items, and
+// snapshot_complete; the sizes are the bytes written.
+func TestAppendEntryMatchesProtobuf(t *testing.T) {
+	event := &fanoutv1.Event{TaskId: "t1", Payload: []byte("abc"), Version: 7}
+	raw, err := proto.Marshal(event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := []struct {
+		name string
+		e    Entry
+		want *fanoutv1.Entry
+	}{
+		{"all fields", Entry{Event: raw, Origin: "a", Submitted: 1700000000123456789, Revision: 9},
+			&fanoutv1.Entry{Event: event, OriginNode: "a", SubmittedAt: timestamppb.New(time.Unix(1700000000, 123456789)), Revision: 9}},
+		{"event only", Entry{Event: raw}, &fanoutv1.Entry{Event: event}},
+		{"before 1970", Entry{Event: raw, Submitted: -1}, &fanoutv1.Entry{Event: event, SubmittedAt: timestamppb.New(time.Unix(0, -1))}},
+	}
+	var batch []byte
+	want := &fanoutv1.SubscribeResponse{}
+	for _, tc := range entries {
+		t.Run(tc.name, func(t *testing.T) {
+			b := AppendEntry(nil, tc.e)
+			if len(b) != EntrySize(tc.e) {
+				t.Fatalf("%d bytes written, EntrySize %d", len(b), EntrySize(tc.e))
+			}
+			var got fanoutv1.Entry
+			if err := proto.Unmarshal(b, &got); err != nil || !proto.Equal(&got, tc.want) {
+				t.Fatalf("decoded %v, %v; want %v", &got, err, tc.want)
+			}
+			var resp fanoutv1.SubscribeResponse
+			wantResp := &fanoutv1.SubscribeResponse{Event: tc.want.Event, OriginNode: tc.want.OriginNode,
+				SubmittedAt: tc.want.SubmittedAt, Revision: tc.want.Revision}
+			if err := proto.Unmarshal(b, &resp); err != nil || !proto.Equal(&resp, wantResp) {
+				t.Fatalf("as a SubscribeResponse: %v, %v; want %v", &resp, err, wantResp)
+			}
+		})
+		before := len(batch)
+		batch = AppendBatchItem(batch, tc.e)
+		if len(batch)-before != BatchItemSize(tc.e) {
+			t.Fatalf("%s: batch item of %d bytes, BatchItemSize %d", tc.name, len(batch)-before, BatchItemSize(tc.e))
+		}
+		want.Batch = append(want.Batch, tc.want)
+	}
+	var got fanoutv1.SubscribeResponse
+	if err := proto.Unmarshal(batch, &got); err != nil || !proto.Equal(&got, want) {
+		t.Fatalf("batch decoded %v, %v; want %v", &got, err, want)
+	}
+	if err := proto.Unmarshal(AppendSnapshotComplete(nil), &got); err != nil ||
+		!proto.Equal(&got, &fanoutv1.SubscribeResponse{SnapshotComplete: true}) {
+		t.Fatalf("snapshot_complete decoded %v, %v", &got, err)
 	}
 }
