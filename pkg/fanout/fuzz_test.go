@@ -59,7 +59,7 @@ func FuzzValidateSubmit(f *testing.F) {
 }
 
 // FuzzReplicateBytes feeds arbitrary bytes to the peer handler's path (the request is
-// read from its bytes, wire.go): it must answer with a status, or one item status per
+// read from its bytes, internal/wire): it must answer with a status, or one item status per
 // event of the request, never panic.
 func FuzzReplicateBytes(f *testing.F) {
 	seed, _ := proto.Marshal(&fanoutv1.ReplicateRequest{OriginNode: "x", Events: []*fanoutv1.Event{{TaskId: "k", Version: 1}}, SubmittedAtUnixNanos: []int64{1}})
