@@ -96,7 +96,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzValidateSubmit -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzReadEvent -fuzztime=$(FUZZTIME) ./pkg/fanout/
-	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./internal/loadgen/
+	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./internal/wire/
 	$(GO) test -run='^$$' -fuzz=FuzzTable -fuzztime=$(FUZZTIME) ./pkg/state/
 	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeValue -fuzztime=$(FUZZTIME) ./pkg/store/

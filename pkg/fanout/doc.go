@@ -42,13 +42,14 @@
 // reader is involved, so a slow or absent app never pushes back on its peers.
 //
 // The receive path is pass-through (wire.go): RegisterPeerServer's handler hands the
-// request's bytes to the node undecoded; a protowire reader takes each event's task_id,
-// version and deleted flag and checks the limits exactly as decoding and validateEvent
-// would (FuzzReadEvent); a stored event is one copy of its bytes into the table's
-// arena, and Subscribe writes those bytes into its messages unchanged. The frame codec
-// (pkg/peers, frame.go) passes such frames through and leaves every other message to
-// gRPC's protobuf codec; it is an option of the server (peers.FrameServerOption, in
-// peers.ServerOptions), not a process-wide registration.
+// request's bytes to the node undecoded; internal/wire's readers take each event's
+// task_id, version and deleted flag, and readEvent checks the limits exactly as
+// decoding and validateEvent would (FuzzReadEvent); a stored event is one copy of its
+// bytes into the table's arena, and Subscribe writes those bytes into its messages
+// unchanged (internal/wire's writers). The frame codec (pkg/peers) passes such frames
+// through and leaves every other message to gRPC's protobuf codec; it is an option of
+// the server (peers.FrameServerOption, in peers.ServerOptions), not a process-wide
+// registration.
 //
 // Read. Get and Subscribe read the state table (get.go, subscribe.go). Get returns the
 // entries of some task_ids, or pages through a prefix in revision order. Subscribe is

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -58,7 +59,7 @@ func FuzzValidateSubmit(f *testing.F) {
 }
 
 // FuzzReplicateBytes feeds arbitrary bytes to the peer handler's path (the request is
-// read from its bytes, wire.go): it must answer with a status, or one item status per
+// read from its bytes, internal/wire): it must answer with a status, or one item status per
 // event of the request, never panic.
 func FuzzReplicateBytes(f *testing.F) {
 	seed, _ := proto.Marshal(&fanoutv1.ReplicateRequest{OriginNode: "x", Events: []*fanoutv1.Event{{TaskId: "k", Version: 1}}, SubmittedAtUnixNanos: []int64{1}})
@@ -121,15 +122,15 @@ func FuzzReadEvent(f *testing.F) {
 			return
 		}
 		want := l.validateEvent(0, &ev) == nil && ev.GetVersion() != 0 && len(b) <= l.EventBytes()
-		got := ok && h.version != 0 // the node answers INVALID for version 0 too
-		if ok && string(b[h.taskOff:h.taskOff+len(h.taskID)]) != string(h.taskID) {
-			t.Fatalf("task_id offset %d does not point at %q", h.taskOff, h.taskID)
+		got := ok && h.Version != 0 // the node answers INVALID for version 0 too
+		if ok && string(b[h.TaskOff:h.TaskOff+len(h.TaskID)]) != string(h.TaskID) {
+			t.Fatalf("task_id offset %d does not point at %q", h.TaskOff, h.TaskID)
 		}
-		if got && keyOffset(b) != h.taskOff {
-			t.Fatalf("keyOffset = %d, readEvent read the task_id at %d", keyOffset(b), h.taskOff)
+		if got && wire.TaskIDOffset(b) != h.TaskOff {
+			t.Fatalf("TaskIDOffset = %d, readEvent read the task_id at %d", wire.TaskIDOffset(b), h.TaskOff)
 		}
-		if got != want || (got && (string(h.taskID) != ev.GetTaskId() || h.version != ev.GetVersion() || h.deleted != ev.GetDeleted())) {
-			t.Fatalf("readEvent = %q v%d %v; decoded %v, valid %v", h.taskID, h.version, ok, &ev, want)
+		if got != want || (got && (string(h.TaskID) != ev.GetTaskId() || h.Version != ev.GetVersion() || h.Deleted != ev.GetDeleted())) {
+			t.Fatalf("readEvent = %q v%d %v; decoded %v, valid %v", h.TaskID, h.Version, ok, &ev, want)
 		}
 	})
 }
@@ -185,13 +186,13 @@ func FuzzApplySync(f *testing.F) {
 			if !ok {
 				t.Fatalf("accepted entries[%d], which is not an event within the limits", i)
 			}
-			got, ok := n.table.Get(h.taskID)
-			if !ok && h.deleted && e.GetSubmittedAtUnixNanos() != 0 &&
+			got, ok := n.table.Get(h.TaskID)
+			if !ok && h.Deleted && e.GetSubmittedAtUnixNanos() != 0 &&
 				e.GetSubmittedAtUnixNanos() <= time.Now().Add(-n.cfg.State.TombstoneTTL).UnixNano() {
 				continue // a deletion older than --tombstone-ttl of a key the table lacks is not stored (state.Table.put)
 			}
-			if !ok || got.Stamp.Version < h.version {
-				t.Fatalf("entries[%d] accepted, table has %v %+v, want version >= %d", i, ok, got.Stamp, h.version)
+			if !ok || got.Stamp.Version < h.Version {
+				t.Fatalf("entries[%d] accepted, table has %v %+v, want version >= %d", i, ok, got.Stamp, h.Version)
 			}
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -137,7 +138,7 @@ func toEntry(e *state.Entry) (*fanoutv1.Entry, error) {
 	}
 	en := &fanoutv1.Entry{Event: ev, OriginNode: e.Stamp.Origin, Revision: e.Revision}
 	if e.Submitted != 0 {
-		secs, nanos := splitNanos(e.Submitted)
+		secs, nanos := wire.SplitNanos(e.Submitted)
 		en.SubmittedAt = &timestamppb.Timestamp{Seconds: secs, Nanos: int32(nanos)}
 	}
 	return en, nil

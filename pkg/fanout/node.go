@@ -11,6 +11,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
@@ -401,7 +402,7 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], ev); err != nil {
 			return nil, fmt.Errorf("encode events[%d]: %w", i, err)
 		}
-		off := keyOffset(buf)
+		off := wire.TaskIDOffset(buf)
 		if off < 0 {
 			return nil, fmt.Errorf("encode events[%d]: no task_id in %d bytes", i, len(buf))
 		}
@@ -469,68 +470,68 @@ func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.Re
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
-	var req rawReplicate
-	if err := parseReplicate(f.B, &req); err != nil {
-		return nil, invalid("request", "%v", err)
+	var req wire.Replicate
+	if err := wire.ParseReplicate(f.B, &req); err != nil {
+		return nil, invalid("request", "not a valid protobuf message") // README quotes it
 	}
 	if err := n.validateReplicate(&req); err != nil {
 		return nil, err
 	}
-	if err := n.authorize(ctx, req.origin); err != nil {
+	if err := n.authorize(ctx, req.Origin); err != nil {
 		return nil, err
 	}
-	n.noteCaller(req.origin)
-	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Incarnation: n.incarnation, Statuses: make([]fanoutv1.ItemStatus, len(req.events))}
+	n.noteCaller(req.Origin)
+	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Incarnation: n.incarnation, Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
-	from := n.received.of(req.origin)
+	from := n.received.of(req.Origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
-	for i, raw := range req.events {
+	for i, raw := range req.Events {
 		st := n.admit(i, raw, &req, now, bound)
 		resp.Statuses[i] = st
 		counts[recvOutcome(st)]++
-		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.submitted) > i {
-			from.observeLag(now, req.submitted[i])
+		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {
+			from.observeLag(now, req.Submitted[i])
 		}
 	}
 	from.add(&counts)
 	return resp, nil
 }
 
-func (n *Node) validateReplicate(req *rawReplicate) error {
-	switch o := req.origin; {
+func (n *Node) validateReplicate(req *wire.Replicate) error {
+	switch o := req.Origin; {
 	case o == "":
 		return invalid("origin_node", "empty")
 	case len(o) > MaxNodeIDBytes:
 		return invalid("origin_node", "%d bytes, at most %d", len(o), MaxNodeIDBytes)
 	}
-	if k := len(req.events); k > n.cfg.Limits.MaxEvents {
+	if k := len(req.Events); k > n.cfg.Limits.MaxEvents {
 		return invalid("events", "%d events, at most %d per request", k, n.cfg.Limits.MaxEvents)
 	}
-	if s, e := len(req.submitted), len(req.events); s != 0 && s != e {
+	if s, e := len(req.Submitted), len(req.Events); s != 0 && s != e {
 		return invalid("submitted_at_unix_nanos", "%d entries for %d events", s, e)
 	}
 	return nil
 }
 
 // admit stores event i of req in the state table if it wins.
-func (n *Node) admit(i int, raw []byte, req *rawReplicate, now time.Time, bound versionBound) fanoutv1.ItemStatus {
+func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound) fanoutv1.ItemStatus {
 	h, ok := n.cfg.Limits.readEvent(raw)
 	if !ok {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
-	if !bound.allows(h.version) {
+	if !bound.allows(h.Version) {
 		n.versionsRefused.peer.Add(1)
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
-	if req.origin == n.cfg.NodeID {
+	if req.Origin == n.cfg.NodeID {
 		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
 	}
-	n.clock.observe(h.version)
-	w := state.Write{Key: h.taskID, KeyOffset: h.taskOff, Raw: raw,
-		Stamp: state.Stamp{Version: h.version, Origin: req.origin}, Deleted: h.deleted}
-	if len(req.submitted) > i {
-		w.Submitted = req.submitted[i]
+	n.clock.observe(h.Version)
+	w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
+		Stamp: state.Stamp{Version: h.Version, Origin: req.Origin}, Deleted: h.Deleted}
+	if len(req.Submitted) > i {
+		w.Submitted = req.Submitted[i]
 	}
 	switch n.table.Put(&w, now).Outcome {
 	case state.Applied:

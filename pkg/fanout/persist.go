@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
@@ -266,7 +267,7 @@ func (n *Node) load() error {
 	start, now := time.Now(), n.cfg.Now()
 	var loaded, expired, refused int
 	err := n.cfg.Store.Load(func(r store.Record) error {
-		off := keyOffset(r.Raw)
+		off := wire.TaskIDOffset(r.Raw)
 		if off < 0 || off+len(r.Key) > len(r.Raw) || string(r.Raw[off:off+len(r.Key)]) != string(r.Key) {
 			return fmt.Errorf("record %q: its event does not decode, or names another task_id", r.Key)
 		}

@@ -209,7 +209,7 @@ func (s *FanoutServer) GetStatus(context.Context, *fanoutv1.GetStatusRequest) (*
 
 // Replicate implements PeerService.Replicate for a decoded request. The peer
 // listener does not use it: RegisterPeerServer installs a handler that passes the
-// request's bytes to the node undecoded (wire.go).
+// request's bytes to the node undecoded (internal/wire reads them).
 func (s *PeerServer) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
 	resp, err := s.node.Replicate(ctx, req)
 	return resp, toStatus(err)
@@ -248,8 +248,10 @@ func (s *PeerServer) Push(ctx context.Context, req *fanoutv1.PushRequest) (*fano
 }
 
 // RegisterPeerServer registers p as fanout.v1.PeerService on s. Replicate requests are
-// read from their bytes: see wire.go. The wire format is the generated service's. s
-// must be made with peers.FrameServerOption (or peers.ServerOptions).
+// read from their bytes (internal/wire). The wire format is the generated service's:
+// the service description is a copy of the generated one with the Replicate handler
+// replaced, which stays as generated. s must be made with peers.FrameServerOption (or
+// peers.ServerOptions).
 func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
 	desc := fanoutv1.PeerService_ServiceDesc // same name, metadata, other methods and streams
 	desc.Methods = nil

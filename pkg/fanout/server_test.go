@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -427,9 +430,9 @@ func TestSubscribeBatches(t *testing.T) {
 func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
 	tn := startTestNode(t, testConfig("r"))
 	good, _ := proto.Marshal(&fanoutv1.Event{TaskId: "good", Version: 1})
-	body := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "x") // origin_node
-	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), []byte{0x0a, 0x05, 'a'})
-	body = protowire.AppendBytes(protowire.AppendTag(body, 2, protowire.BytesType), good)
+	body := protowire.AppendString(protowire.AppendTag(nil, wire.ReplicateRequestOriginNode, protowire.BytesType), "x")
+	body = protowire.AppendBytes(protowire.AppendTag(body, wire.ReplicateRequestEvents, protowire.BytesType), []byte{0x0a, 0x05, 'a'})
+	body = protowire.AppendBytes(protowire.AppendTag(body, wire.ReplicateRequestEvents, protowire.BytesType), good)
 	var resp fanoutv1.ReplicateResponse
 	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: body}, &resp); err != nil {
 		t.Fatal(err)
@@ -440,6 +443,36 @@ func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
 	}
 	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: []byte{0xff, 0xff}}, &resp)
 	wantInvalid(t, err, "request")
+}
+
+// TestRegisterPeerServerLeavesTheGeneratedService: RegisterPeerServer registers a
+// copy of PeerService's generated description with its own Replicate handler; the
+// generated description, which any other server may register, stays as generated.
+func TestRegisterPeerServerLeavesTheGeneratedService(t *testing.T) {
+	handlers := func() map[string]uintptr {
+		m := map[string]uintptr{}
+		for _, md := range fanoutv1.PeerService_ServiceDesc.Methods {
+			m[md.MethodName] = reflect.ValueOf(md.Handler).Pointer()
+		}
+		return m
+	}
+	before := handlers()
+	srv := grpc.NewServer(peers.FrameServerOption())
+	defer srv.Stop()
+	n, err := New(testConfig("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	RegisterPeerServer(srv, NewPeerServer(n))
+	if after := handlers(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("generated PeerService handlers changed: %v, were %v", after, before)
+	}
+	for name, h := range before {
+		if h == reflect.ValueOf(replicateHandler).Pointer() {
+			t.Fatalf("the generated description's %s is the frame handler", name)
+		}
+	}
 }
 
 // TestLinkCoalescesToTheHighestVersion: a peer's batcher keeps the highest version of a

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 )
@@ -59,7 +60,7 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 		if err := w.drain(ctx, &s); err != nil {
 			return err
 		}
-		w.f.B = appendSnapshotComplete(w.f.B[:0])
+		w.f.B = wire.AppendSnapshotComplete(w.f.B[:0])
 		if err := send(&w.f); err != nil {
 			return err
 		}
@@ -171,7 +172,7 @@ func (w *watch) step(ctx context.Context, s *state.Scan) error {
 		return nil
 	}
 	if len(batch) == 1 {
-		w.f.B = appendEntry(w.f.B[:0], &batch[0])
+		w.f.B = wire.AppendEntry(w.f.B[:0], wireEntry(&batch[0]))
 	} else {
 		w.f.B = appendBatch(w.f.B[:0], batch)
 	}

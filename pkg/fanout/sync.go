@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
@@ -320,15 +321,15 @@ func (n *Node) applySync(from string, entries []*fanoutv1.SyncEntry) (int, error
 	}
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
-	heads := make([]eventHead, len(entries))
+	heads := make([]wire.EventHead, len(entries))
 	for i, e := range entries {
 		h, ok := n.cfg.Limits.readEvent(e.GetEvent())
 		switch o := e.GetOrigin(); {
 		case !ok:
 			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")
-		case !bound.allows(h.version):
+		case !bound.allows(h.Version):
 			n.versionsRefused.sync.Add(1)
-			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%s", bound.explain(h.version, maxPeerAhead))
+			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%s", bound.explain(h.Version, maxPeerAhead))
 		case o == "" || len(o) > MaxNodeIDBytes:
 			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), MaxNodeIDBytes)
 		}
@@ -340,9 +341,9 @@ func (n *Node) applySync(from string, entries []*fanoutv1.SyncEntry) (int, error
 		if o := e.GetOrigin(); o != from && o != n.cfg.NodeID {
 			relayed++
 		}
-		n.clock.observe(h.version)
-		w := state.Write{Key: h.taskID, KeyOffset: h.taskOff, Raw: e.GetEvent(),
-			Stamp: state.Stamp{Version: h.version, Origin: e.GetOrigin()}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.deleted}
+		n.clock.observe(h.Version)
+		w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: e.GetEvent(),
+			Stamp: state.Stamp{Version: h.Version, Origin: e.GetOrigin()}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.Deleted}
 		if n.table.Put(&w, now).Outcome == state.Applied {
 			applied++
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/grpc"
@@ -31,7 +32,7 @@ func BenchmarkAntiEntropyRound(b *testing.B) {
 		now := time.Now()
 		for i := from; i < to; i++ {
 			raw, _ := proto.Marshal(&fanoutv1.Event{TaskId: "key/" + strconv.Itoa(i), Version: version, Payload: payload})
-			off := keyOffset(raw)
+			off := wire.TaskIDOffset(raw)
 			id := raw[off : off+len("key/")+len(strconv.Itoa(i))]
 			r := n.table.Put(&state.Write{Key: id, KeyOffset: off, Raw: raw,
 				Stamp: state.Stamp{Version: version, Origin: origin}, Submitted: now.UnixNano()}, now)

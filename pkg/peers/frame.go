@@ -5,14 +5,13 @@ import (
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Frame is one gRPC message as bytes: already encoded on the way out, not yet decoded
 // on the way in. The sidecar keeps every event in the bytes it was first encoded in
 // (by its origin's Node.Submit, once per event, for the state table) and uses frames
 // where those bytes cross gRPC unchanged: a peer's Replicate request arrives as a frame
-// that pkg/fanout reads with protowire (wire.go) and stores event by event without
+// that pkg/fanout reads with internal/wire and stores event by event without
 // decoding, and Subscribe sends the stored bytes to the app as frames. The sending side
 // of Replicate does not: a link hands gRPC a ReplicateRequest of decoded events, which
 // gRPC encodes once per call (per peer, and again for a retried batch).
@@ -63,49 +62,4 @@ func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	return c.base.Unmarshal(data, v)
-}
-
-// The sidecar reads a few fields straight from frames with protowire (pkg/fanout's
-// receive path, the bench's subscribers). These two helpers keep those readers to
-// protobuf's own decoding rules.
-
-// ConsumeTag is protowire.ConsumeTag that also refuses a field number above
-// protowire.MaxValidNumber, as protobuf's decoder does.
-func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n >= 0 && num > protowire.MaxValidNumber {
-		return 0, 0, -1
-	}
-	return num, typ, n
-}
-
-// ReadSecondsNanos merges one google.protobuf.Duration or Timestamp message (both are
-// seconds = 1, nanos = 2) into secs and nanos, as protobuf merges a repeated message
-// field. It reports false for malformed bytes.
-func ReadSecondsNanos(b []byte, secs, nanos *uint64) bool {
-	for len(b) > 0 {
-		num, typ, n := ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		if typ == protowire.VarintType && (num == 1 || num == 2) {
-			x, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			if num == 1 {
-				*secs = x
-			} else {
-				*nanos = x
-			}
-			b = b[n:]
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }

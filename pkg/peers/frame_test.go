@@ -12,7 +12,6 @@ import (
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 func TestFrameCodecIsNotProcessWide(t *testing.T) {
@@ -90,16 +89,5 @@ func TestFrameCodecCopiesTheFrame(t *testing.T) {
 	}
 	if _, err := codec.Marshal(struct{}{}); err == nil {
 		t.Fatal("marshalling something neither a frame nor a protobuf message was accepted")
-	}
-}
-
-func TestConsumeTagRefusesFieldNumbersProtobufRefuses(t *testing.T) {
-	ok := protowire.AppendTag(nil, protowire.MaxValidNumber, protowire.VarintType)
-	if _, _, n := ConsumeTag(ok); n != len(ok) {
-		t.Fatalf("largest valid field number refused: n = %d", n)
-	}
-	bad := protowire.AppendVarint(nil, uint64(protowire.MaxValidNumber+1)<<3)
-	if _, _, n := ConsumeTag(bad); n >= 0 {
-		t.Fatal("field number above MaxValidNumber accepted")
 	}
 }
