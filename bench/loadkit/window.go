@@ -69,9 +69,10 @@ func (w *Window) low() int64 {
 	return l
 }
 
-// Acquire waits until n more events fit in the window, and counts them as sent. A
-// send larger than the window goes out once nothing is outstanding. It returns
-// ctx.Err() if ctx ends first.
+// Acquire waits until n more events fit in the window, and counts them as sent.
+// When they do not fit, it waits until they fit in half the window (hysteresis: one
+// wake-up per half window, not one per send). A send larger than the window goes out
+// once nothing is outstanding. It returns ctx.Err() if ctx ends first.
 func (w *Window) Acquire(ctx context.Context, n int) error {
 	if w == nil {
 		return nil
@@ -90,7 +91,9 @@ func (w *Window) Acquire(ctx context.Context, n int) error {
 			w.sent.Add(int64(n))
 			return nil
 		}
-		w.need.Store(sent + int64(n) - w.max)
+		// Wait until the window is half empty, not just until n fit: a publisher
+		// woken for every few events would cost a goroutine switch per send.
+		w.need.Store(sent + int64(n) - w.max/2)
 		if w.low() >= w.need.Load() { // arrived meanwhile: Received may not have seen need
 			w.need.Store(0)
 			continue

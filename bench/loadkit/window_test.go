@@ -44,7 +44,14 @@ func TestWindowWaitsForTheSlowestSubscriber(t *testing.T) {
 	done := make(chan bool)
 	go func() { done <- acquired(w, 10, 5*time.Second) }()
 	time.Sleep(10 * time.Millisecond)
-	w.Received(1, 10) // now both have 10: room for 10 more
+	w.Received(1, 10) // room for 10 more, but a waiting publisher waits for half the window
+	select {
+	case <-done:
+		t.Fatal("Acquire woke before the window was half empty")
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.Received(1, 50)
+	w.Received(0, 10) // both have 60 of 100: 10 more fit in half the window
 	if !<-done {
 		t.Fatal("Acquire did not wake when the slowest subscriber caught up")
 	}

@@ -123,6 +123,10 @@ func (p *publisher) send(ctx context.Context, stream fanoutv1.FanoutService_Subm
 	pacer := loadkit.NewPacer(p.clock.since, publisherRate(p.cfg.Rate, p.cfg.Publishers), p.cfg.Batch, p.win.start, p.win.end)
 	defer pacer.Stop()
 	defer func() { p.lag = pacer.Lag() }()
+	// The waits for a slot and the window end with the publishing time (one context,
+	// not one per request).
+	wctx, cancel := context.WithTimeout(ctx, p.win.end-p.clock.since())
+	defer cancel()
 	var seq int64
 	for id := uint64(1); ; id++ {
 		due, ok, err := pacer.Next(ctx)
@@ -133,7 +137,7 @@ func (p *publisher) send(ctx context.Context, stream fanoutv1.FanoutService_Subm
 			return nil
 		}
 		if !pacer.Paced() {
-			if ok, err := p.acquire(ctx); !ok || err != nil {
+			if ok, err := p.acquire(ctx, wctx); !ok || err != nil {
 				return err
 			}
 		}
@@ -152,14 +156,8 @@ func (p *publisher) send(ctx context.Context, stream fanoutv1.FanoutService_Subm
 }
 
 // acquire waits, for an unpaced request, for a pipeline slot and room in the window.
-// ok is false when the publishing window ended meanwhile.
-func (p *publisher) acquire(ctx context.Context) (ok bool, err error) {
-	left := p.win.end - p.clock.since()
-	if left <= 0 {
-		return false, nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, left)
-	defer cancel()
+// wctx ends with the publishing time: ok is false when it ended meanwhile.
+func (p *publisher) acquire(ctx, wctx context.Context) (ok bool, err error) {
 	select {
 	case p.slots <- struct{}{}:
 	case <-wctx.Done():
