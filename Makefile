@@ -62,7 +62,7 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/...
 
 ## bench-compare: fanout vs a NATS cluster (and a single server), one pacer and one
-## stamping rule for both, 3 interleaved runs (~15 min; QUICK=1 for a smoke test;
+## stamping rule for both, 3 interleaved runs (~12 min; QUICK=1 for a smoke test;
 ## installs Debian's nats-server if missing). Method: docs/BENCH.md.
 bench-compare:
 	bash bench/compare.sh

@@ -3,7 +3,7 @@
 # machine, with one pacer, one stamping rule and one flow control shared by both clients
 # (bench/loadkit). docs/BENCH.md ("make bench-compare") explains the method.
 #
-#   bash bench/compare.sh            # RUNS (3) interleaved runs; ~5 min per run
+#   bash bench/compare.sh            # RUNS (3) interleaved runs; ~4 min per run
 #   bash bench/compare.sh --quick    # smoke test: 1 run, 2 s per measurement, no quiet wait
 #
 # Layout, for every N: fanout = `sidecar bench --spawn N` (submit on node 0, a subscriber
