@@ -215,6 +215,9 @@ def us(v):
 def num(v, fmt="{:,.0f}"):
     return "-" if v is None else fmt.format(v)
 
+def behind(r):  # a paced publisher that did not keep to its schedule
+    return " (behind)" if r.get("rate") and (r.get("send_lag_p99_us") or 0) > 2000 else ""
+
 print()
 print("| run | workload | system | submitted/s | delivered/s | p50 | p99 | p99.9 | p99 from due | lost | CPU µs/delivered | peak RSS MiB/node | load |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -222,7 +225,7 @@ for r in ok:
     lost = "-" if r.get("lost") is None else f"{r['lost']:,} ({100*r['loss']:.2f} %)" if r["loss"] else "0"
     rss = "/".join(f"{x:.0f}" for x in r.get("peak_rss_mib_per_node", [])) or "-"
     print(f"| {r['run']} | {r['workload']} | {r['system']} | {num(r['submitted_per_s'])} | {num(r['delivered_per_s'])} | "
-          f"{us(r['p50_us'])} | {us(r['p99_us'])} | {us(r['p999_us'])} | {us(r.get('due_p99_us'))} | {lost} | "
+          f"{us(r['p50_us'])} | {us(r['p99_us'])} | {us(r['p999_us'])} | {us(r.get('due_p99_us'))}{behind(r)} | {lost} | "
           f"{num(r.get('cpu_us_per_delivered'), '{:.2f}')} | {rss} | {r['load_start']:.2f} |")
 for r in failed:
     print(f"| {r['run']} | {r['workload']} | {r['system']} | FAILED | | | | | | | | | {r['load_start']:.2f} |")
@@ -274,6 +277,8 @@ if scale:
     rs = [s["fanout"] / s["nats-cluster"] for s in slopes.values() if s.get("fanout") and s.get("nats-cluster")]
     print()
     print(f"added CPU per peer per event, fanout / NATS cluster: {span(rs)}")
+if any(behind(r) for r in ok):
+    print("\n(behind): the publisher's send lag p99 was over 2 ms: the rate was not offered on time; read that row's latency from the due time")
 if failed:
     print(f"\n{len(failed)} measurement(s) failed: see the .log next to the results")
 print(f"\nresults: {sys.argv[1]}")
