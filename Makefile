@@ -72,8 +72,9 @@ vet:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/...
 
-## bench-compare: fanout vs NATS core vs Eureka's pacing, side by side (~2 min;
-## installs Debian's nats-server if missing). Figures go in docs/BENCHMARKS.md.
+## bench-compare: fanout vs a NATS cluster (and a single server), one pacer and one
+## stamping rule for both, 3 interleaved runs (~12 min; QUICK=1 for a smoke test;
+## installs Debian's nats-server if missing). Method: docs/BENCH.md.
 bench-compare:
 	bash bench/compare.sh
 

@@ -33,7 +33,7 @@ loopback ports and stops them at the end; serve flags for them go after '--' or 
 --serve-flag. With --app-addrs it drives nodes that are already running.
 docs/BENCH.md explains every figure.`,
 		Example: `  sidecar bench --spawn 3 --duration 10s --rate 10000
-  sidecar bench --rate 0 --json                      # saturate
+  sidecar bench --rate 0 --window 5000 --json        # saturate, lossless
   sidecar bench --keys 1000 -- --max-batching-delay=5ms
   sidecar bench --app-addrs 127.0.0.1:7070,127.0.0.1:7080`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -64,12 +64,13 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.StringArrayVar(&o.serveFlags, "serve-flag", nil, "an extra serve flag for every spawned node, e.g. --serve-flag=--workers=8; {id} becomes the node's id, e.g. --serve-flag=--data-dir=/var/tmp/bench/{id} (repeatable; or put them after --)")
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "SubmitStream streams on the first node, each on its own connection")
 	fs.IntVar(&c.SubscribeBatch, "subscribe-batch", c.SubscribeBatch, "subscribers' max_batch: deliveries a node may pack into one Subscribe message (1: one per message)")
-	fs.IntVar(&c.Pipeline, "pipeline", c.Pipeline, "SubmitRequests in flight per stream")
+	fs.IntVar(&c.Pipeline, "pipeline", c.Pipeline, "SubmitRequests in flight per stream with --rate 0 (a paced run is open loop: it sends on schedule without waiting for responses)")
+	fs.IntVar(&c.Window, "window", c.Window, "with --rate 0: at most this many events sent that some subscriber has not received yet (end-to-end flow control, so that a saturated run does not overrun the nodes and lose events; 0: off; unique keys only)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured time, after the warmup")
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time published before the measurement; its events are not measured")
-	fs.IntVar(&c.Rate, "rate", c.Rate, "events/s offered across all publishers, open loop (0: as fast as the pipeline takes them)")
+	fs.IntVar(&c.Rate, "rate", c.Rate, "events/s offered across all publishers, open loop (0: as fast as the pipeline and --window let them go)")
 	fs.IntVar(&c.Keys, "keys", c.Keys, "distinct task_ids cycled over (0: unique events, a task_id recurring only after 500,000 others, so nothing coalesces and no state table fills); > 0 also measures convergence")
-	fs.IntVar(&c.Payload, "payload", c.Payload, "payload bytes per event (the first 8 carry the send time)")
+	fs.IntVar(&c.Payload, "payload", c.Payload, "payload bytes per event (the first 16 carry the send time and the due time)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "events per SubmitRequest")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "after the last submit, wait at most this long for the subscribers to catch up")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench client's own CPU profile here (the nodes' profiles are on their --pprof-addr: /debug/pprof/profile)")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/grpc"
 )
@@ -54,7 +55,8 @@ type bench struct {
 	conns  []*grpc.ClientConn // one per node, plus one per publisher at the end
 	first  fanoutv1.FanoutServiceClient
 	clock  clock
-	latest keyVersions // nil without hot keys
+	latest keyVersions     // nil without hot keys
+	window *loadkit.Window // nil without flow control
 	subs   []*subscriber
 	pubs   []*publisher
 	win    window
@@ -75,8 +77,9 @@ func newBench(cfg *Config, addrs []string) (*bench, error) {
 		conns[i] = cc
 	}
 	b.first = fanoutv1.NewFanoutServiceClient(conns[0])
+	b.window = loadkit.NewWindow(int64(cfg.Window), len(addrs)-1, 0)
 	for i, cc := range conns[1:] {
-		b.subs = append(b.subs, &subscriber{addr: addrs[i+1], client: fanoutv1.NewFanoutServiceClient(cc), cc: cc, cfg: cfg, clock: b.clock, rec: newRecorder()})
+		b.subs = append(b.subs, &subscriber{index: i, addr: addrs[i+1], client: fanoutv1.NewFanoutServiceClient(cc), cc: cc, cfg: cfg, clock: b.clock, rec: newRecorder(), window: b.window})
 	}
 	return b, nil
 }
@@ -205,7 +208,7 @@ func (b *bench) makePublishers() error {
 		if err != nil {
 			return err
 		}
-		b.pubs = append(b.pubs, newPublisher(i, b.cfg, fanoutv1.NewFanoutServiceClient(cc), b.clock, b.win, b.latest))
+		b.pubs = append(b.pubs, newPublisher(i, b.cfg, fanoutv1.NewFanoutServiceClient(cc), b.clock, b.win, b.latest, b.window))
 	}
 	return nil
 }

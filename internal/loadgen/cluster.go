@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fanout/fanout/bench/loadkit"
 	"github.com/fanout/fanout/internal/freeport"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
@@ -98,7 +98,7 @@ func (c *cluster) launch(bin, id string, args []string) error {
 	ch := &child{id: id, stderr: &tailBuffer{max: stderrTail}, exited: make(chan struct{})}
 	ch.cmd = exec.Command(bin, args...)
 	ch.cmd.Stderr = ch.stderr
-	ch.cmd.SysProcAttr = childAttr()
+	ch.cmd.SysProcAttr = loadkit.ChildAttr()
 	if err := ch.cmd.Start(); err != nil {
 		return fmt.Errorf("--spawn: start %s: %w", bin, err)
 	}
@@ -148,7 +148,7 @@ func (c *cluster) stop(timeout time.Duration) {
 func (c *cluster) cpu() ([]time.Duration, bool) {
 	out := make([]time.Duration, len(c.children))
 	for i, ch := range c.children {
-		d, err := procCPU(ch.cmd.Process.Pid)
+		d, err := loadkit.ProcCPU(ch.cmd.Process.Pid)
 		if err != nil {
 			return nil, false
 		}
@@ -234,6 +234,3 @@ func (t *tailBuffer) String() string {
 	}
 	return string(b)
 }
-
-// errNoUsage reports that resource use cannot be read on this platform.
-var errNoUsage = errors.New("loadgen: resource use is not available on this platform")

@@ -34,9 +34,18 @@ type Config struct {
 	// buffers; it costs nothing at low rates (a node packs only what is already waiting).
 	// 1 measures the plain one-event-per-message stream.
 	SubscribeBatch int
-	// Pipeline is how many SubmitRequests one stream keeps in flight (--pipeline).
-	// 16: enough to hide a loopback round trip at the default batch.
+	// Pipeline is how many SubmitRequests one stream keeps in flight with --rate 0
+	// (--pipeline). 16: enough to hide a loopback round trip at the default batch. A
+	// paced run is open loop: it sends on the schedule without waiting for responses,
+	// so the bound does not apply.
 	Pipeline int
+	// Window is the end-to-end flow control of a run with --rate 0 (--window): at
+	// most this many events sent that some subscriber has not received yet, over all
+	// publishers (bench/loadkit.Window). It keeps a saturated publisher from overrunning
+	// the nodes' per-peer buffers (--max-buffer), which would evict, i.e. lose, events.
+	// 0: off (only the pipeline bounds the publisher). Unique keys only: coalesced
+	// events never arrive.
+	Window int
 	// Duration is the measured time (--duration). It follows the warmup. 10s: long
 	// enough for a stable p99 at 10k events/s, short enough for a shared machine.
 	Duration time.Duration
@@ -44,7 +53,7 @@ type Config struct {
 	// connections, HTTP/2 windows and the Go heap settle.
 	Warmup time.Duration
 	// Rate is the events/s offered across all publishers, open loop (--rate). 0 sends
-	// as fast as the pipeline takes requests. 10000: a load a 2-core machine carries
+	// as fast as the pipeline and the window let requests go. 10000: a load a 2-core machine carries
 	// without saturating, so the latency measured is the sidecar's, not a queue's.
 	Rate int
 	// Keys is the number of distinct task_ids (--keys). 0 makes events unique within a
@@ -122,6 +131,9 @@ func (c *Config) validate() error {
 	check(c.Publishers >= 1, "--publishers must be >= 1, got %d", c.Publishers)
 	check(c.SubscribeBatch >= 1 && c.SubscribeBatch <= maxBatch, "--subscribe-batch must be 1..%d, got %d", maxBatch, c.SubscribeBatch)
 	check(c.Pipeline >= 1, "--pipeline must be >= 1, got %d", c.Pipeline)
+	check(c.Window >= 0, "--window must be >= 0, got %d", c.Window)
+	check(c.Window == 0 || c.Rate == 0, "--window is the flow control of --rate 0; a paced run is open loop")
+	check(c.Window == 0 || c.Keys == 0, "--window needs unique keys (--keys 0): coalesced events never arrive, so the window would never open")
 	check(c.Duration > 0, "--duration must be > 0, got %s", c.Duration)
 	check(c.Warmup >= 0, "--warmup must be >= 0, got %s", c.Warmup)
 	check(c.Rate >= 0, "--rate must be >= 0, got %d", c.Rate)

@@ -23,20 +23,25 @@
 // stops at window.end (= measureFrom + Duration).
 //
 // Publishers. Each is one SubmitStream on its own connection to the first node. Its
-// send loop follows the open-loop schedule dueAt: the request carrying events
-// [n, n+batch) is due when the last of them has been offered at Rate/Publishers
-// events/s. At most Pipeline requests are in flight; the receive goroutine matches
-// each SubmitResponse to its request by request_id, counts the events and, with hot
-// keys, raises the latest version of each key from SubmitResponse.versions.
+// send loop follows the open-loop schedule of bench/loadkit.Pacer (shared with
+// bench/natsbench): the request carrying events [n, n+batch) is due when the last of
+// them has been offered at Rate/Publishers events/s, and a paced publisher never waits
+// for responses. With Rate 0 at most Pipeline requests are in flight, and with Window
+// at most that many events not yet received by every subscriber (loadkit.Window). The
+// receive goroutine matches each SubmitResponse to its request by request_id, counts
+// the events and, with hot keys, raises the latest version of each key from
+// SubmitResponse.versions.
 //
-// Latency. The first 8 bytes of every payload are the send time (nanoseconds since
-// the epoch). For a paced run that is the time the request was due, not when it went
-// out: a bench that falls behind shows the backlog as latency instead of hiding it
-// (no coordinated omission). A subscriber subtracts it from the arrival time and
-// records the difference in an HdrHistogram (1 µs to 60 s, 3 significant figures).
-// Sender and receiver are the same process, so the figure is exact even when the
-// nodes run on other machines. A payload shorter than 8 bytes carries no stamp; the
-// origin's submitted_at is used then, which compares two wall clocks.
+// Latency. The first 16 bytes of every payload are a loadkit.Stamp: the actual send
+// time (the clock read right before Send) and the time the request was due on the
+// schedule, nanoseconds since the epoch. A subscriber subtracts both from the arrival
+// time and records the differences in HdrHistograms (1 µs to 60 s, 3 significant
+// figures): the latency is from the actual send; the one from the due time adds the
+// publisher's lag, so a bench that falls behind shows the backlog there instead of
+// hiding it (no coordinated omission). An event is measured when it was due in the
+// measured window. Sender and receiver are the same process, so the figures are exact
+// even when the nodes run on other machines. A payload shorter than 8 bytes carries no
+// stamp; the origin's submitted_at is used then, which compares two wall clocks.
 //
 // Live view. Every Interval a line shows submitted/s and delivered/s, the p50 and p99
 // of the events delivered in that interval, and the sum of pending over the first
@@ -49,7 +54,8 @@
 // DrainTimeout, or when the first node has nothing pending or in flight and nothing
 // has arrived for a while (the rest was dropped).
 //
-// Result. The counters of the first node's peers (overridden, wire
+// Result. Lost is Submitted × subscribers − Delivered (unique keys). The counters of
+// the first node's peers (overridden, wire
 // events = succeeded + stale, dropped, retried) are differences of GetStatus between
 // the start of the measured window and the end. The spawned nodes' CPU is the
 // difference of /proc/<pid>/stat over the same span; their peak RSS comes from the

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
@@ -31,7 +32,7 @@ func (b *bench) publishAndDrain(ctx context.Context, cl *cluster, m *measurement
 		err = b.drain(ctx, m, subErrs)
 	}
 	m.drainedAt = b.clock.since()
-	m.self1, _ = selfCPU()
+	m.self1, _ = loadkit.SelfCPU()
 	if cl != nil {
 		m.cpu1, _ = cl.cpu()
 	}
@@ -64,7 +65,7 @@ func (b *bench) publish(ctx context.Context, cl *cluster, m *measurement) error 
 		if cl != nil {
 			m.cpu0, _ = cl.cpu()
 		}
-		m.self0, _ = selfCPU()
+		m.self0, _ = loadkit.SelfCPU()
 		m.base, _ = b.status(ctx) // counters count from here; nil falls back to the start
 	case <-done:
 	}

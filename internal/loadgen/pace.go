@@ -2,22 +2,9 @@ package loadgen
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"strconv"
-	"time"
 )
-
-// dueAt is the open-loop schedule: the offset from the start of publishing at which a
-// publisher offering rate events/s must send the request that carries events
-// [sent, sent+batch). A request is due when its last event has "arrived", so batching
-// never sends ahead of the offered rate. rate <= 0 means unpaced: always due.
-func dueAt(sent int64, batch int, rate float64) time.Duration {
-	if rate <= 0 {
-		return 0
-	}
-	return time.Duration(float64(sent+int64(batch)) / rate * float64(time.Second))
-}
 
 // publisherRate splits the offered rate evenly over the publishers.
 func publisherRate(rate, publishers int) float64 {
@@ -68,23 +55,4 @@ func parseKey(prefix string, id []byte) (int, bool) {
 		k = k*10 + int(c-'0')
 	}
 	return k, true
-}
-
-// stampBytes is the size of the send-time stamp at the start of a payload.
-const stampBytes = 8
-
-// putStamp writes the send time, as nanoseconds since the run's epoch, into the first
-// 8 bytes of payload (big endian). A shorter payload carries no stamp.
-func putStamp(payload []byte, sinceEpoch time.Duration) {
-	if len(payload) >= stampBytes {
-		binary.BigEndian.PutUint64(payload, uint64(sinceEpoch))
-	}
-}
-
-// readStamp reads what putStamp wrote.
-func readStamp(payload []byte) (time.Duration, bool) {
-	if len(payload) < stampBytes {
-		return 0, false
-	}
-	return time.Duration(binary.BigEndian.Uint64(payload)), true
 }

@@ -2,46 +2,7 @@ package loadgen
 
 import (
 	"testing"
-	"time"
 )
-
-func TestDueAt(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		sent  int64
-		batch int
-		rate  float64
-		want  time.Duration
-	}{
-		{"first single event at 1000/s", 0, 1, 1000, time.Millisecond},
-		{"first batch of 10 at 1000/s waits for its 10th event", 0, 10, 1000, 10 * time.Millisecond},
-		{"second batch of 10 at 1000/s", 10, 10, 1000, 20 * time.Millisecond},
-		{"one second of events", 9990, 10, 10000, time.Second},
-		{"fractional rate", 0, 1, 3, 333333333 * time.Nanosecond},
-		{"unpaced is always due", 1 << 40, 10, 0, 0},
-		{"negative rate is unpaced", 5, 1, -1, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := dueAt(tc.sent, tc.batch, tc.rate); got != tc.want {
-				t.Fatalf("dueAt(%d, %d, %g) = %s, want %s", tc.sent, tc.batch, tc.rate, got, tc.want)
-			}
-		})
-	}
-}
-
-// The schedule offers exactly rate events per second, whatever the batch.
-func TestDueAtKeepsTheRate(t *testing.T) {
-	for _, batch := range []int{1, 7, 10, 250} {
-		const rate = 12345.0
-		var sent int64
-		for dueAt(sent, batch, rate) <= 10*time.Second {
-			sent += int64(batch)
-		}
-		if got := float64(sent) / 10; got < rate-float64(batch) || got > rate+float64(batch) {
-			t.Errorf("batch %d: %.0f events/s offered, want %.0f", batch, got, rate)
-		}
-	}
-}
 
 func TestPublisherRate(t *testing.T) {
 	for _, tc := range []struct {
@@ -100,18 +61,5 @@ func TestTaskIDAndParseKey(t *testing.T) {
 		if k, ok := parseKey(prefix, []byte(bad)); ok {
 			t.Errorf("parseKey(%q) = %d, true; want false", bad, k)
 		}
-	}
-}
-
-func TestStamp(t *testing.T) {
-	p := make([]byte, 100)
-	putStamp(p, 1234567*time.Microsecond)
-	if got, ok := readStamp(p); !ok || got != 1234567*time.Microsecond {
-		t.Fatalf("readStamp = %s, %v", got, ok)
-	}
-	short := make([]byte, stampBytes-1)
-	putStamp(short, time.Second) // must not panic
-	if _, ok := readStamp(short); ok {
-		t.Fatal("a 7-byte payload has no stamp")
 	}
 }

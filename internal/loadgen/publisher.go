@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
@@ -44,23 +46,27 @@ type window struct {
 
 // sentRequest is what a publisher remembers of a request until its response.
 type sentRequest struct {
-	seq   int64         // the publisher's sequence number of the first event
-	n     int           // events
-	stamp time.Duration // the send time written into the payloads
+	seq int64         // the publisher's sequence number of the first event
+	n   int           // events
+	due time.Duration // when the request was due on the schedule (= sent when unpaced)
 }
 
 // publisher drives one SubmitStream on the first node: its send loop (the caller's
-// goroutine) paces and sends requests, keeping at most cfg.Pipeline in flight; its
-// receive goroutine, which run starts and waits for, matches each response to its
-// request by request_id.
+// goroutine) paces and sends requests; its receive goroutine, which run starts and
+// waits for, matches each response to its request by request_id. A paced publisher
+// is open loop: it sends on the schedule whatever the responses. An unpaced one keeps
+// at most cfg.Pipeline requests in flight and, with a window, at most cfg.Window
+// events not yet received by every subscriber.
 type publisher struct {
 	index  int
 	cfg    *Config
 	client fanoutv1.FanoutServiceClient
 	clock  clock
 	win    window
-	latest keyVersions // nil without hot keys
-	slots  chan struct{}
+	latest keyVersions   // nil without hot keys
+	slots  chan struct{} // nil when paced: an open-loop publisher does not wait for responses
+	window *loadkit.Window
+	lag    *hdrhistogram.Histogram // the pacer's, once send has returned
 
 	// accepted and measured count the events the node accepted, in all and of those
 	// sent in the measured window. lastSend is the offset just after the last Send.
@@ -74,12 +80,15 @@ type publisher struct {
 	inflight map[uint64]sentRequest // guarded by mu; len <= cfg.Pipeline
 }
 
-func newPublisher(index int, cfg *Config, client fanoutv1.FanoutServiceClient, c clock, win window, latest keyVersions) *publisher {
-	return &publisher{
-		index: index, cfg: cfg, client: client, clock: c, win: win, latest: latest,
-		slots:    make(chan struct{}, cfg.Pipeline),
+func newPublisher(index int, cfg *Config, client fanoutv1.FanoutServiceClient, c clock, win window, latest keyVersions, w *loadkit.Window) *publisher {
+	p := &publisher{
+		index: index, cfg: cfg, client: client, clock: c, win: win, latest: latest, window: w,
 		inflight: make(map[uint64]sentRequest, cfg.Pipeline),
 	}
+	if cfg.Rate <= 0 {
+		p.slots = make(chan struct{}, cfg.Pipeline)
+	}
+	return p
 }
 
 // run publishes until the window ends and every response is in, or ctx is done.
@@ -105,61 +114,67 @@ func (p *publisher) run(ctx context.Context) error {
 	return err
 }
 
-// send is the open-loop schedule: request k is sent at dueAt, or at once when the
-// schedule is behind. With --rate 0 it sends whenever a pipeline slot is free.
+// send follows the shared open-loop schedule (loadkit.Pacer): a request is due when
+// its last event has been offered at the rate, and goes out then, or at once when the
+// publisher is behind, without waiting for responses. With --rate 0 it sends whenever
+// a pipeline slot is free and the window (if any) has room. Every event of a request
+// carries the request's stamp: the clock read right before Send, and the due time.
 func (p *publisher) send(ctx context.Context, stream fanoutv1.FanoutService_SubmitStreamClient) error {
-	rate := publisherRate(p.cfg.Rate, p.cfg.Publishers)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	pacer := loadkit.NewPacer(p.clock.since, publisherRate(p.cfg.Rate, p.cfg.Publishers), p.cfg.Batch, p.win.start, p.win.end)
+	defer pacer.Stop()
+	defer func() { p.lag = pacer.Lag() }()
+	// The waits for a slot and the window end with the publishing time (one context,
+	// not one per request).
+	wctx, cancel := context.WithTimeout(ctx, p.win.end-p.clock.since())
+	defer cancel()
 	var seq int64
 	for id := uint64(1); ; id++ {
-		due := p.win.start + dueAt(seq, p.cfg.Batch, rate)
-		if rate > 0 && due >= p.win.end || rate <= 0 && p.clock.since() >= p.win.end {
-			return nil
-		}
-		if err := p.sleepUntil(ctx, timer, due); err != nil {
+		due, ok, err := pacer.Next(ctx)
+		if err != nil {
 			return err
 		}
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		if !ok {
+			return nil
 		}
-		stamp := due // the intended time: a late send shows as latency (no coordinated omission)
-		if rate <= 0 {
-			stamp = p.clock.since()
+		if !pacer.Paced() {
+			if ok, err := p.acquire(ctx, wctx); !ok || err != nil {
+				return err
+			}
 		}
+		stamp := pacer.Stamp(due)
 		req := p.request(id, seq, stamp)
 		p.mu.Lock()
-		p.inflight[id] = sentRequest{seq: seq, n: len(req.Events), stamp: stamp}
+		p.inflight[id] = sentRequest{seq: seq, n: len(req.Events), due: stamp.Due}
 		p.mu.Unlock()
 		if err := stream.Send(req); err != nil {
 			return fmt.Errorf("publisher %d: send: %w", p.index, err)
 		}
+		pacer.Done(len(req.Events), stamp)
 		p.lastSend.Store(int64(p.clock.since()))
 		seq += int64(len(req.Events))
 	}
 }
 
-func (p *publisher) sleepUntil(ctx context.Context, timer *time.Timer, due time.Duration) error {
-	d := due - p.clock.since()
-	if d <= 0 {
-		return nil
-	}
-	timer.Reset(d)
+// acquire waits, for an unpaced request, for a pipeline slot and room in the window.
+// wctx ends with the publishing time: ok is false when it ended meanwhile.
+func (p *publisher) acquire(ctx, wctx context.Context) (ok bool, err error) {
 	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	case p.slots <- struct{}{}:
+	case <-wctx.Done():
+		return false, ctx.Err()
 	}
+	if err := p.window.Acquire(wctx, p.cfg.Batch); err != nil {
+		<-p.slots
+		return false, ctx.Err()
+	}
+	return true, nil
 }
 
 // request builds request id with cfg.Batch events from seq on. The events share one
-// payload: its first 8 bytes are the stamp, the rest zeros.
-func (p *publisher) request(id uint64, seq int64, stamp time.Duration) *fanoutv1.SubmitRequest {
+// payload: its first 16 bytes are the stamp (loadkit.Stamp), the rest zeros.
+func (p *publisher) request(id uint64, seq int64, stamp loadkit.Stamp) *fanoutv1.SubmitRequest {
 	payload := make([]byte, p.cfg.Payload)
-	putStamp(payload, stamp)
+	stamp.Put(payload)
 	events := make([]*fanoutv1.Event, p.cfg.Batch)
 	for i := range events {
 		events[i] = &fanoutv1.Event{
@@ -197,7 +212,9 @@ func (p *publisher) accept(resp *fanoutv1.SubmitResponse) error {
 	if !ok {
 		return fmt.Errorf("response to unknown request_id %d", resp.GetRequestId())
 	}
-	<-p.slots
+	if p.slots != nil {
+		<-p.slots
+	}
 	if len(resp.GetVersions()) != sr.n {
 		return fmt.Errorf("request_id %d: %d versions for %d events", resp.GetRequestId(), len(resp.GetVersions()), sr.n)
 	}
@@ -208,8 +225,9 @@ func (p *publisher) accept(resp *fanoutv1.SubmitResponse) error {
 		}
 	}
 	p.notAccepted.Add(uint64(sr.n) - n)
+	p.window.Forget(sr.n - int(n)) // never sent to the peers: no subscriber gets them
 	p.accepted.Add(n)
-	if sr.stamp >= p.win.measureFrom {
+	if sr.due >= p.win.measureFrom {
 		p.measured.Add(n)
 	}
 	if p.latest != nil {

@@ -19,6 +19,8 @@ type Result struct {
 	Subscribers int     `json:"subscribers"`
 	Rate        int     `json:"rate"`
 	Batch       int     `json:"batch"`
+	Pipeline    int     `json:"pipeline"`
+	Window      int     `json:"window"`
 	Payload     int     `json:"payload"`
 	Keys        int     `json:"keys"`
 	DurationSec float64 `json:"duration_s"`
@@ -30,8 +32,15 @@ type Result struct {
 	Delivered       uint64  `json:"delivered"`
 	SubmitPerSec    float64 `json:"submit_per_sec"`
 	DeliveredPerSec float64 `json:"delivered_per_sec"`
-	// Latency is from send to arrival at a subscriber, over every measured delivery.
+	// Latency is from the actual send to the arrival at a subscriber, over every
+	// measured delivery.
 	Latency
+	// LatencyFromDue is from the time the send was due on the schedule to the arrival:
+	// Latency plus the publisher's lag (timer rounding, backlog). Equal to Latency
+	// for --rate 0.
+	LatencyFromDue Latency `json:"latency_from_due"`
+	// SendLag is the publishers' lateness per send: actual send minus due time.
+	SendLag Latency `json:"send_lag"`
 	// LatencyFrom says where the send time came from: "payload" (a stamp in the
 	// first 8 bytes) or "submitted_at" (the origin's accept time, for --payload < 8).
 	LatencyFrom string `json:"latency_from"`
@@ -44,6 +53,14 @@ type Result struct {
 	// NotAccepted counts the events the first node did not accept (STALE, or
 	// REFUSED at a state table bound), over the whole run. They are not in Submitted.
 	NotAccepted uint64 `json:"not_accepted"`
+	// Lost is Submitted × Subscribers − Delivered at the end of the drain: measured
+	// events some subscriber never received. Unique keys only (absent with --keys,
+	// where coalescing is the point).
+	Lost *uint64 `json:"lost,omitempty"`
+	// WindowStalls counts the times the window waited 2 s for the subscribers in
+	// vain and wrote the outstanding events off (WrittenOff of them).
+	WindowStalls int64 `json:"window_stalls,omitempty"`
+	WrittenOff   int64 `json:"window_written_off,omitempty"`
 
 	// ConvergeMs is, with --keys > 0, the time from the last submit until every
 	// subscriber held the latest version of every key; Converged is false if the
@@ -65,9 +82,10 @@ type Result struct {
 	// Interrupted is set when the run was stopped (Ctrl-C) before it finished.
 	Interrupted bool `json:"interrupted,omitempty"`
 
-	// SubscriberResults and NodeResults are for the table only.
+	// NodeResults are the spawned nodes' CPU and peak RSS, one by one.
+	NodeResults []NodeResult `json:"node_usage,omitempty"`
+	// SubscriberResults are for the table only.
 	SubscriberResults []SubscriberResult `json:"-"`
-	NodeResults       []NodeResult       `json:"-"`
 }
 
 // SubscriberResult is one subscriber's share of a Result.
@@ -81,9 +99,9 @@ type SubscriberResult struct {
 
 // NodeResult is one spawned node's resource use.
 type NodeResult struct {
-	NodeID       string
-	CPUSeconds   float64
-	PeakRSSBytes int64
+	NodeID       string  `json:"id"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 }
 
 // WriteJSON writes r as one line of JSON.
@@ -112,6 +130,17 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "all\t\t%d\t%.0f\t%s\t\n", r.Delivered, r.DeliveredPerSec, latencyCells(r.Latency))
 	tw.Flush()
 	fmt.Fprintf(&b, "\nsubmitted %d (%.0f/s)   latency from %s   bench cpu %.2f s\n", r.Submitted, r.SubmitPerSec, r.LatencyFrom, r.BenchCPUSeconds)
+	if r.Rate > 0 {
+		fmt.Fprintf(&b, "from the due time: p50 %s  p99 %s  p99.9 %s   send lag p99 %s  max %s\n",
+			fmtUs(r.LatencyFromDue.P50), fmtUs(r.LatencyFromDue.P99), fmtUs(r.LatencyFromDue.P999), fmtUs(r.SendLag.P99), fmtUs(r.SendLag.Max))
+	}
+	if r.Lost != nil {
+		fmt.Fprintf(&b, "lost %d of %d (submitted × subscribers)", *r.Lost, r.Submitted*uint64(r.Subscribers))
+		if r.Window > 0 {
+			fmt.Fprintf(&b, "   window %d events, %d stalls", r.Window, r.WindowStalls)
+		}
+		fmt.Fprintln(&b)
+	}
 	fmt.Fprintf(&b, "first node's peers: overridden %d   wire events %d   retried %d   dropped %d\n", r.Overridden, r.WireEvents, r.Retried, r.Dropped)
 	if r.NotAccepted > 0 {
 		fmt.Fprintf(&b, "not accepted by the first node: %d events (STALE, or REFUSED at --state-max-keys/--state-max-bytes)\n", r.NotAccepted)

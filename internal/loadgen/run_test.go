@@ -113,6 +113,48 @@ func TestRunAgainstRunningNodes(t *testing.T) {
 	t.Logf("in-process: %d submitted, %d delivered, p50 %d µs p99 %d µs", r.Submitted, r.Delivered, r.P50, r.P99)
 }
 
+// A paced run is open loop, stamps each request with its actual send time and its
+// due time, and loses nothing at a rate the nodes carry.
+func TestRunPacedReportsBothLatencies(t *testing.T) {
+	cfg := quick()
+	cfg.Spawn, cfg.AppAddrs = 0, startInProcess(t, 3)
+	cfg.Batch, cfg.Pipeline = 1, 1 // a pipeline of 1 would throttle a closed loop
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDelivered(t, r)
+	if r.Lost == nil || *r.Lost != 0 {
+		t.Fatalf("lost %v, want 0", r.Lost)
+	}
+	if r.SubmitPerSec < 0.9*float64(cfg.Rate) {
+		t.Errorf("submitted %.0f/s of %d offered: the pacer waited for responses?", r.SubmitPerSec, cfg.Rate)
+	}
+	// The due time is never after the send, so latency from it is never smaller.
+	if r.LatencyFromDue.P50 < r.P50 || r.LatencyFromDue.Max < r.Max || r.SendLag.Max <= 0 {
+		t.Errorf("from send %+v, from due %+v, send lag %+v", r.Latency, r.LatencyFromDue, r.SendLag)
+	}
+}
+
+// A saturated run with a window keeps at most that many events outstanding and loses
+// none.
+func TestRunSaturatedWithWindow(t *testing.T) {
+	cfg := quick()
+	cfg.Spawn, cfg.AppAddrs = 0, startInProcess(t, 3)
+	cfg.Rate, cfg.Window, cfg.Duration = 0, 500, 500*time.Millisecond
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDelivered(t, r)
+	if r.Lost == nil || *r.Lost != 0 || r.Dropped != 0 || r.WindowStalls != 0 || r.Window != 500 {
+		t.Fatalf("lost %v, dropped %d, stalls %d, window %d", r.Lost, r.Dropped, r.WindowStalls, r.Window)
+	}
+	if r.LatencyFromDue != r.Latency {
+		t.Errorf("unpaced: latency from due %+v != from send %+v", r.LatencyFromDue, r.Latency)
+	}
+}
+
 func TestRunStopsWhenInterrupted(t *testing.T) {
 	cfg := quick()
 	cfg.Duration = time.Minute

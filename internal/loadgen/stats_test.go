@@ -5,31 +5,18 @@ import (
 	"time"
 )
 
-func TestLatencyUs(t *testing.T) {
-	for _, tc := range []struct {
-		in   time.Duration
-		want int64
-	}{
-		{1500 * time.Microsecond, 1500},
-		{999 * time.Nanosecond, minLatencyUs},
-		{-time.Second, minLatencyUs},
-		{2 * time.Minute, maxLatencyUs},
-	} {
-		if got := latencyUs(tc.in); got != tc.want {
-			t.Errorf("latencyUs(%s) = %d, want %d", tc.in, got, tc.want)
-		}
-	}
-}
-
 func TestRecorderSeparatesWarmup(t *testing.T) {
 	r := newRecorder()
-	r.record(10*time.Millisecond, time.Millisecond, false)
+	r.record(10*time.Millisecond, time.Millisecond, time.Millisecond, false)
 	for i := range 100 {
-		r.record(time.Second+time.Duration(i)*time.Millisecond, time.Duration(i+1)*100*time.Microsecond, true)
+		r.record(time.Second+time.Duration(i)*time.Millisecond, time.Duration(i+1)*100*time.Microsecond, time.Duration(i+2)*100*time.Microsecond, true)
 	}
 	s := r.snapshot()
-	if s.total != 101 || s.measured != 100 || s.hist.TotalCount() != 100 {
-		t.Fatalf("total %d measured %d histogram %d; want 101, 100, 100", s.total, s.measured, s.hist.TotalCount())
+	if s.total != 101 || s.measured != 100 || s.hist.TotalCount() != 100 || s.histDue.TotalCount() != 100 {
+		t.Fatalf("total %d measured %d histograms %d, %d; want 101, 100, 100, 100", s.total, s.measured, s.hist.TotalCount(), s.histDue.TotalCount())
+	}
+	if s.hist.Min() != 100 || s.histDue.Min() != 200 {
+		t.Fatalf("smallest latency from the send %d µs, from the due time %d µs; want 100, 200", s.hist.Min(), s.histDue.Min())
 	}
 	if s.lastMeasured != time.Second+99*time.Millisecond || s.lastArrival != s.lastMeasured {
 		t.Fatalf("last measured %s, last arrival %s", s.lastMeasured, s.lastArrival)
@@ -41,9 +28,9 @@ func TestRecorderSeparatesWarmup(t *testing.T) {
 
 func TestTakeIntervalMergesAndResets(t *testing.T) {
 	a, b := newRecorder(), newRecorder()
-	a.record(0, 100*time.Microsecond, true)
-	b.record(0, 300*time.Microsecond, false)
-	b.record(0, 500*time.Microsecond, true)
+	a.record(0, 100*time.Microsecond, 100*time.Microsecond, true)
+	b.record(0, 300*time.Microsecond, 300*time.Microsecond, false)
+	b.record(0, 500*time.Microsecond, 500*time.Microsecond, true)
 	h := newHistogram()
 	total := a.takeInterval(h) + b.takeInterval(h)
 	if total != 3 || h.TotalCount() != 3 {

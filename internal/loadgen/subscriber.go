@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
@@ -23,6 +24,7 @@ type keyState struct {
 // subscriber reads one node's Subscribe stream, filtered to the run's prefix, and
 // records the latency of every event. Its goroutine is the caller of run.
 type subscriber struct {
+	index        int // among the subscribers, for the flow-control window
 	addr, nodeID string
 	client       fanoutv1.FanoutServiceClient
 	cc           grpc.ClientConnInterface // for the raw Subscribe stream
@@ -32,7 +34,8 @@ type subscriber struct {
 	// stamps are warmup. Run sets it before the first event is published.
 	measureFrom atomic.Int64
 	rec         *recorder
-	keys        []keyState // nil without hot keys
+	keys        []keyState      // nil without hot keys
+	window      *loadkit.Window // nil without flow control
 	// fromSubmittedAt is set once an event had no payload stamp.
 	fromSubmittedAt atomic.Bool
 }
@@ -75,15 +78,18 @@ func (s *subscriber) run(ctx context.Context) error {
 
 // observe records one event that arrived at offset arrival.
 func (s *subscriber) observe(d *wire.Delivery, arrival time.Duration) {
-	sent, ok := readStamp(d.Payload)
+	st, ok := loadkit.ReadStamp(d.Payload)
 	if !ok {
 		s.fromSubmittedAt.Store(true)
-		sent = arrival
+		sent := arrival
 		if d.Submitted != 0 {
 			sent = time.Unix(0, d.Submitted).Sub(s.clock.epoch) // wall clock: the node's and ours
 		}
+		st = loadkit.Stamp{Sent: sent, Due: sent}
 	}
-	s.rec.record(arrival, arrival-sent, sent >= time.Duration(s.measureFrom.Load()))
+	fromSent, fromDue := st.Latency(arrival)
+	s.rec.record(arrival, fromSent, fromDue, st.Measured(time.Duration(s.measureFrom.Load())))
+	s.window.Received(s.index, 1)
 	if s.keys == nil {
 		return
 	}

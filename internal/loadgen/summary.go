@@ -3,6 +3,7 @@ package loadgen
 import (
 	"time"
 
+	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
@@ -11,11 +12,12 @@ import (
 func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 	r := b.workload()
 	r.Interrupted = m.interrupted
-	all := newHistogram()
+	all, allDue, lag := newHistogram(), newHistogram(), newHistogram()
 	var lastMeasured time.Duration
 	for _, s := range b.subs {
 		snap := s.rec.snapshot()
 		all.Merge(snap.hist)
+		allDue.Merge(snap.histDue)
 		lastMeasured = max(lastMeasured, snap.lastMeasured)
 		r.Delivered += snap.measured
 		if s.fromSubmittedAt.Load() {
@@ -29,8 +31,19 @@ func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 	for _, p := range b.pubs {
 		r.Submitted += p.measured.Load()
 		r.NotAccepted += p.notAccepted.Load()
+		if p.lag != nil {
+			lag.Merge(p.lag)
+		}
 	}
-	r.Latency = summarize(all)
+	r.Latency, r.LatencyFromDue, r.SendLag = summarize(all), summarize(allDue), summarize(lag)
+	if b.cfg.Keys == 0 && !m.interrupted {
+		want, lost := r.Submitted*uint64(len(b.subs)), uint64(0)
+		if r.Delivered < want {
+			lost = want - r.Delivered
+		}
+		r.Lost = &lost
+	}
+	r.WindowStalls, r.WrittenOff = b.window.Stalls()
 	r.SubmitPerSec = perSecond(r.Submitted, b.publishWindow(m))
 	r.DeliveredPerSec = perSecond(r.Delivered, b.deliveryWindow(lastMeasured, m))
 	if final != nil {
@@ -50,7 +63,7 @@ func (b *bench) workload() *Result {
 	c := b.cfg
 	return &Result{
 		Nodes: len(b.addrs), Spawned: c.Spawn > 0, Publishers: c.Publishers, Subscribers: len(b.subs),
-		Rate: c.Rate, Batch: c.Batch, Payload: c.Payload, Keys: c.Keys,
+		Rate: c.Rate, Batch: c.Batch, Pipeline: c.Pipeline, Window: c.Window, Payload: c.Payload, Keys: c.Keys,
 		DurationSec: c.Duration.Seconds(), WarmupSec: c.Warmup.Seconds(), LatencyFrom: "payload",
 	}
 }
@@ -86,7 +99,7 @@ func (b *bench) convergence(r *Result, m *measurement) {
 func addUsage(r *Result, cl *cluster, cpu0, cpu1 []time.Duration) {
 	var total time.Duration
 	for i, ch := range cl.children {
-		cpu, rss, err := exitUsage(ch.cmd.ProcessState)
+		cpu, rss, err := loadkit.ExitUsage(ch.cmd.ProcessState)
 		if err != nil {
 			continue
 		}

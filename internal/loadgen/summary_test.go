@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -52,7 +53,7 @@ func testSubscriber(keys int) *subscriber {
 
 func event(id string, version uint64, stamp time.Duration, payload int) *fanoutv1.SubscribeResponse {
 	p := make([]byte, payload)
-	putStamp(p, stamp)
+	loadkit.Stamp{Sent: stamp, Due: stamp}.Put(p)
 	return &fanoutv1.SubscribeResponse{Event: &fanoutv1.Event{TaskId: id, Version: version, Payload: p}}
 }
 

@@ -1,4 +1,4 @@
-package loadgen
+package loadkit
 
 import (
 	"os"
@@ -21,11 +21,11 @@ func TestParseProcStat(t *testing.T) {
 }
 
 func TestProcCPUOfThisProcess(t *testing.T) {
-	d, err := procCPU(os.Getpid())
+	d, err := ProcCPU(os.Getpid())
 	if err != nil || d < 0 {
-		t.Fatalf("procCPU(self) = %s, %v", d, err)
+		t.Fatalf("ProcCPU(self) = %s, %v", d, err)
 	}
-	if s, err := selfCPU(); err != nil || s <= 0 {
-		t.Fatalf("selfCPU = %s, %v", s, err)
+	if s, err := SelfCPU(); err != nil || s <= 0 {
+		t.Fatalf("SelfCPU = %s, %v", s, err)
 	}
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLogPatterns(t *testing.T) {
+	// Lines as nats-server v2.9 writes them.
+	client := "[7828] 2026/11/23 03:41:35.350287 [INF] Listening for client connections on 127.0.0.1:46721"
+	route := "[7828] 2026/11/23 03:41:35.351038 [INF] Listening for route connections on 127.0.0.1:37791"
+	if m := clientRe.FindStringSubmatch(client); m == nil || m[1] != "46721" {
+		t.Fatalf("client port from %q: %v", client, m)
+	}
+	if m := routeRe.FindStringSubmatch(route); m == nil || m[1] != "37791" {
+		t.Fatalf("route port from %q: %v", route, m)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := options{spawn: 3, subscribers: 2, duration: time.Second, drainTimeout: time.Second, readyTimeout: time.Second, rate: 10, batch: 1, payload: 100}
+	if err := ok.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		change func(*options)
+		want   string
+	}{
+		{func(o *options) { o.payload = 7 }, "--payload must be >= 8"},
+		{func(o *options) { o.window = 10 }, "--window is the flow control of --rate 0"},
+		{func(o *options) { o.batch = 0 }, "--batch must be >= 1"},
+		{func(o *options) { o.spawn = 0 }, "give --spawn N or --url"},
+	} {
+		o := ok
+		tc.change(&o)
+		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("validate() = %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// A second of a 3-server cluster, paced and saturated, if nats-server is installed.
+func TestRunCluster(t *testing.T) {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil || testing.Short() {
+		t.Skip("needs nats-server on PATH; starts processes")
+	}
+	base := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
+		drainTimeout: 5 * time.Second, readyTimeout: 15 * time.Second, batch: 10, payload: 100}
+	for _, tc := range []struct {
+		name         string
+		rate, window int
+	}{{"paced", 2000, 0}, {"saturated", 0, 1000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := base
+			o.rate, o.window = tc.rate, tc.window
+			r, err := run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.System != "nats-cluster" || r.Subscribers != 2 || r.Submitted == 0 || r.Lost != 0 || r.Delivered != 2*r.Submitted {
+				t.Fatalf("%+v", r)
+			}
+			if r.P50 <= 0 || r.LatencyFromDue.P50 < r.P50 || len(r.NodeResults) != 3 || r.NodePeakRSSBytes <= 0 {
+				t.Fatalf("latency %+v from due %+v, nodes %+v", r.Latency, r.LatencyFromDue, r.NodeResults)
+			}
+			if tc.rate > 0 && (r.SubmitPerSec < 0.9*float64(tc.rate) || r.SubmitPerSec > 1.1*float64(tc.rate)) {
+				t.Fatalf("submitted %.0f/s at %d offered", r.SubmitPerSec, tc.rate)
+			}
+		})
+	}
+}
