@@ -135,8 +135,4 @@ type result struct {
 	BenchCPUSeconds   float64      `json:"bench_cpu_seconds,omitempty"`
 }
 
-type nodeResult struct {
-	NodeID       string  `json:"id"`
-	CPUSeconds   float64 `json:"cpu_seconds"`
-	PeakRSSBytes int64   `json:"peak_rss_bytes"`
-}
+type nodeResult = loadkit.NodeUsage

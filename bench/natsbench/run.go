@@ -372,19 +372,12 @@ func (b *bench) result(submitted uint64, lag *hdrhistogram.Histogram) *result {
 // /proc, the difference of two samples) and their peak RSS (rusage of the exited
 // process), as sidecar bench does for its nodes.
 func (b *bench) addUsage(r *result, cpu0, cpu1 []time.Duration) {
-	var total time.Duration
+	procs := make([]loadkit.Process, len(b.servers))
 	for i, s := range b.servers {
-		cpu, rss, err := loadkit.ExitUsage(s.cmd.ProcessState)
-		if err != nil {
-			continue
-		}
-		if len(cpu0) == len(b.servers) && len(cpu1) == len(b.servers) {
-			cpu = cpu1[i] - cpu0[i]
-		}
-		total += cpu
-		r.NodePeakRSSBytes = max(r.NodePeakRSSBytes, rss)
-		r.NodeResults = append(r.NodeResults, nodeResult{NodeID: s.id, CPUSeconds: cpu.Seconds(), PeakRSSBytes: rss})
+		procs[i] = loadkit.Process{ID: s.id, State: s.cmd.ProcessState}
 	}
+	var total time.Duration
+	r.NodeResults, total, r.NodePeakRSSBytes = loadkit.NodesUsage(procs, cpu0, cpu1)
 	r.NodeCPUSeconds = total.Seconds()
 	if r.Delivered > 0 {
 		r.CPUUsPerDelivered = float64(total.Microseconds()) / float64(r.Delivered)

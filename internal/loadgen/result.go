@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fanout/fanout/bench/loadkit"
 )
 
 // Result is what a run measured. Its JSON form is the one line `sidecar bench --json`
@@ -97,12 +99,8 @@ type SubscriberResult struct {
 	Latency   Latency
 }
 
-// NodeResult is one spawned node's resource use.
-type NodeResult struct {
-	NodeID       string  `json:"id"`
-	CPUSeconds   float64 `json:"cpu_seconds"`
-	PeakRSSBytes int64   `json:"peak_rss_bytes"`
-}
+// NodeResult is one spawned node's CPU and peak RSS.
+type NodeResult = loadkit.NodeUsage
 
 // WriteJSON writes r as one line of JSON.
 func (r *Result) WriteJSON(w io.Writer) error {

@@ -97,19 +97,12 @@ func (b *bench) convergence(r *Result, m *measurement) {
 // difference of /proc samples over the measured window and drain when both exist,
 // else the whole life of each process (from its rusage).
 func addUsage(r *Result, cl *cluster, cpu0, cpu1 []time.Duration) {
-	var total time.Duration
+	procs := make([]loadkit.Process, len(cl.children))
 	for i, ch := range cl.children {
-		cpu, rss, err := loadkit.ExitUsage(ch.cmd.ProcessState)
-		if err != nil {
-			continue
-		}
-		if len(cpu0) == len(cl.children) && len(cpu1) == len(cl.children) {
-			cpu = cpu1[i] - cpu0[i]
-		}
-		total += cpu
-		r.NodePeakRSSBytes = max(r.NodePeakRSSBytes, rss)
-		r.NodeResults = append(r.NodeResults, NodeResult{NodeID: ch.id, CPUSeconds: cpu.Seconds(), PeakRSSBytes: rss})
+		procs[i] = loadkit.Process{ID: ch.id, State: ch.cmd.ProcessState}
 	}
+	var total time.Duration
+	r.NodeResults, total, r.NodePeakRSSBytes = loadkit.NodesUsage(procs, cpu0, cpu1)
 	r.NodeCPUSeconds = total.Seconds()
 	if r.Delivered > 0 {
 		r.CPUUsPerDelivered = float64(total.Microseconds()) / float64(r.Delivered)
