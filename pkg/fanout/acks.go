@@ -44,7 +44,7 @@ func newAckLedger(purg *purgatory.Purgatory[ackKey]) *ackLedger {
 }
 
 // register adds op's waiters, one per (peer, task) of peers that can still answer.
-func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[*fanoutv1.Event]) []ackKey {
+func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[*outEvent]) []ackKey {
 	keys := make([]ackKey, 0, len(op.peers)*len(tasks))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -53,9 +53,8 @@ func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[*fanoutv1.Event]) [
 			continue
 		}
 		for _, t := range tasks {
-			ev := t.Value
-			k := ackKey{peer: p, task: ev.TaskId}
-			l.waiters[k] = append(l.waiters[k], ackWaiter{op: op, peer: i, version: ev.Version})
+			k := ackKey{peer: p, task: t.ID}
+			l.waiters[k] = append(l.waiters[k], ackWaiter{op: op, peer: i, version: t.Value.version})
 			keys = append(keys, k)
 		}
 	}
@@ -90,12 +89,12 @@ func (l *ackLedger) setWaiters(k ackKey, ws []ackWaiter) {
 
 // final is the batchers' OnFinal hook: task left peer's batcher for good with fate.
 // It runs on the batcher's acceptor goroutine, so it only takes short locks.
-func (l *ackLedger) final(peer string, t *batcher.Task[*fanoutv1.Event], fate batcher.Fate) {
+func (l *ackLedger) final(peer string, t *batcher.Task[*outEvent], fate batcher.Fate) {
 	if l.waiting.Load() == 0 || fate == batcher.FateOverridden {
 		return
 	}
 	k := ackKey{peer: peer, task: t.ID}
-	if l.settle(k, t.Value.GetVersion(), fate) {
+	if l.settle(k, t.Value.version, fate) {
 		l.purg.CheckAndComplete(k)
 	}
 }

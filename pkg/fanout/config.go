@@ -11,6 +11,7 @@ import (
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/configerr"
+	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
@@ -18,7 +19,8 @@ import (
 // Replicator sends one batch to one peer. *peers.Conn and *peers.FakeConn implement
 // it; *peers.Conn is a SyncPeer as well (sync.go). Its errors wrap peers.ErrCongestion, peers.ErrNetwork or peers.ErrPermanent.
 type Replicator interface {
-	Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
+	// ReplicateFrame sends a ReplicateRequest of events events, already encoded.
+	ReplicateFrame(ctx context.Context, f *peers.Frame, events int) (*fanoutv1.ReplicateResponse, error)
 	Close() error
 }
 
@@ -46,7 +48,7 @@ type Config struct {
 	OnUnknownPeer func(nodeID string)
 	// Batcher configures every per-peer batcher. Now, Logger and OnFinal are set by
 	// the Node.
-	Batcher batcher.Config[*fanoutv1.Event]
+	Batcher batcher.Config[*outEvent]
 	// Breaker configures every peer's circuit breaker (SPEC §5). Name, IsFailure,
 	// IsExcluded and OnStateChange are set by the Node.
 	Breaker breaker.Config
@@ -97,7 +99,7 @@ func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
 		NodeID:              host,
-		Batcher:             batcher.DefaultConfig[*fanoutv1.Event](),
+		Batcher:             batcher.DefaultConfig[*outEvent](),
 		Breaker:             breaker.DefaultConfig(),
 		ReplicateTimeout:    5 * time.Second,
 		AntiEntropyInterval: 30 * time.Second,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
@@ -24,7 +25,7 @@ type link struct {
 	node   *Node
 	conn   Replicator
 	br     breaker.Breaker // counts network failures; its Hold is the batcher's Gate
-	b      *batcher.Batcher[*fanoutv1.Event]
+	b      *batcher.Batcher[*outEvent]
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
 	isSelf atomic.Bool            // the peer answered with our own node id and incarnation
 	// incarnation is the peer process's (0: not known yet, or an older peer).
@@ -109,7 +110,7 @@ func (l *link) failed(c batcher.Class, err error) {
 	}
 }
 
-var _ batcher.Processor[*fanoutv1.Event] = (*link)(nil)
+var _ batcher.Processor[*outEvent] = (*link)(nil)
 
 func (n *Node) newLink(addr string) (*link, error) {
 	conn, err := n.cfg.Dial(addr)
@@ -124,7 +125,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc := n.cfg.Batcher
 	bc.Now = n.cfg.Now
 	bc.Logger = n.log.With("peer", addr)
-	bc.OnFinal = func(t *batcher.Task[*fanoutv1.Event], f batcher.Fate) {
+	bc.OnFinal = func(t *batcher.Task[*outEvent], f batcher.Fate) {
 		if f == batcher.FateStopped {
 			l.stopped.Add(1)
 		}
@@ -133,8 +134,8 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	// Coalescing keeps the highest version, never the latest arrival: every task of
 	// this batcher has this node as its origin, so the version alone decides.
-	bc.Newer = func(a, b *batcher.Task[*fanoutv1.Event]) bool { return a.Value.GetVersion() > b.Value.GetVersion() }
-	bc.Size = eventItemBytes // --max-batch-bytes and --max-buffer-bytes count the bytes sent
+	bc.Newer = func(a, b *batcher.Task[*outEvent]) bool { return a.Value.version > b.Value.version }
+	bc.Size = outItemBytes // --max-batch-bytes and --max-buffer-bytes count the bytes sent
 	b, err := batcher.New(bc, l)
 	if err != nil {
 		conn.Close()
@@ -163,26 +164,24 @@ func (n *Node) newBreaker(addr string) (breaker.Breaker, error) {
 
 // Process sends one batch as one Replicate call and maps the answer to the batcher's
 // result classes. It runs on the batcher's worker goroutines.
-func (l *link) Process(ctx context.Context, batch []batcher.Task[*fanoutv1.Event]) batcher.Result {
+func (l *link) Process(ctx context.Context, batch []batcher.Task[*outEvent]) batcher.Result {
 	if l.isSelf.Load() {
 		return batcher.Result{Class: batcher.Permanent, Err: errors.New("peer is this node")}
 	}
-	req := &fanoutv1.ReplicateRequest{
-		OriginNode:           l.node.cfg.NodeID,
-		Events:               make([]*fanoutv1.Event, len(batch)),
-		SubmittedAtUnixNanos: make([]int64, len(batch)),
-	}
-	for i := range batch {
-		req.Events[i] = batch[i].Value
-		req.SubmittedAtUnixNanos[i] = batch[i].Submitted.UnixNano()
-	}
+	// The request, from the events' own bytes (outEvent): no encoding here. The
+	// frame's buffer is pooled; the codec sends a copy of it.
+	event := func(i int) []byte { return batch[i].Value.raw }
+	submitted := func(i int) int64 { return batch[i].Submitted.UnixNano() }
+	f := framePool.Get().(*peers.Frame)
+	defer framePool.Put(f)
+	f.B = wire.AppendReplicate(f.B[:0], l.node.cfg.NodeID, len(batch), event, submitted)
 	ctx, cancel := context.WithTimeout(ctx, l.node.cfg.ReplicateTimeout)
 	defer cancel()
 	var resp *fanoutv1.ReplicateResponse
 	err := l.br.Do(func() error {
 		start := time.Now()
 		var err error
-		resp, err = l.conn.Replicate(ctx, req)
+		resp, err = l.conn.ReplicateFrame(ctx, f, len(batch))
 		l.rtt.Observe(time.Since(start).Seconds())
 		return err
 	})

@@ -296,7 +296,7 @@ func (n *Node) durable(ctx context.Context, resp *fanoutv1.SubmitResponse) error
 	return n.persist.wait(ctx, rev)
 }
 
-func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*fanoutv1.Event]) error {
+func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*outEvent]) error {
 	for _, l := range links {
 		if err := l.b.Offer(ctx, tasks); err != nil {
 			return fmt.Errorf("queue for peer %s: %w", l.addr, err)
@@ -309,7 +309,7 @@ func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[*f
 // acknowledged all of them, or the wait can no longer succeed, or the deadline passes.
 // The waiters are registered before the events are offered, so no ack is missed.
 func (n *Node) submitAndWait(ctx context.Context, req *fanoutv1.SubmitRequest, links []*link,
-	tasks []batcher.Task[*fanoutv1.Event], resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
+	tasks []batcher.Task[*outEvent], resp *fanoutv1.SubmitResponse, need int) (*fanoutv1.SubmitResponse, error) {
 	peers := make([]string, len(links))
 	for i, l := range links {
 		peers[i] = l.addr
@@ -369,7 +369,7 @@ func (n *Node) ackDeadline(ctx context.Context, req *fanoutv1.SubmitRequest) tim
 // prepare assigns versions, stores each event in the state table as this node's write,
 // and answers each in resp. The events the table accepted become tasks for every
 // peer's batcher (shared, read-only); a stale or refused event is not sent.
-func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) ([]batcher.Task[*fanoutv1.Event], error) {
+func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) ([]batcher.Task[*outEvent], error) {
 	now := n.cfg.Now()
 	next := n.clock.reserve(len(events))
 	top := next + uint64(len(events)) - 1
@@ -379,10 +379,9 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 	if err := n.clock.cover(top); err != nil { // before any version can leave the node
 		return nil, fmt.Errorf("%w: saving the clock: %v", ErrNotDurable, err)
 	}
-	tasks := make([]batcher.Task[*fanoutv1.Event], 0, len(events))
+	tasks := make([]batcher.Task[*outEvent], 0, len(events))
 	resp.Versions = make([]uint64, len(events))
 	resp.Results = make([]*fanoutv1.EventResult, len(events))
-	var buf []byte
 	var counts [subOutcomes]uint64 // added once per request: the atomics are shared
 	defer func() {
 		for i, c := range counts {
@@ -398,8 +397,11 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 			n.clock.observe(ev.Version) // the app's own version: later ones of ours go above it
 		}
 		resp.Versions[i] = ev.Version
-		var err error
-		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], ev); err != nil {
+		// Encoded once, into its own buffer: the table copies it, and the peers are
+		// sent these bytes (outEvent).
+		// proto.Size fills the size cache, which the encoding then uses.
+		buf, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(make([]byte, 0, proto.Size(ev)), ev)
+		if err != nil {
 			return nil, fmt.Errorf("encode events[%d]: %w", i, err)
 		}
 		off := wire.TaskIDOffset(buf)
@@ -413,7 +415,8 @@ func (n *Node) prepare(events []*fanoutv1.Event, resp *fanoutv1.SubmitResponse) 
 		resp.Results[i] = n.eventResult(res)
 		counts[submittedOutcome(res.Outcome)]++
 		if res.Outcome == state.Applied {
-			tasks = append(tasks, batcher.Task[*fanoutv1.Event]{ID: ev.TaskId, Value: ev, Submitted: now, Expires: n.expiry(ev, now)})
+			tasks = append(tasks, batcher.Task[*outEvent]{ID: ev.TaskId, Value: &outEvent{raw: buf, version: ev.Version},
+				Submitted: now, Expires: n.expiry(ev, now)})
 		}
 	}
 	return tasks, nil

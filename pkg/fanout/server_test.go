@@ -505,8 +505,12 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	l := (*tn.node.links.Load())[0]
 	offer := func(v uint64) {
 		t.Helper()
-		task := batcher.Task[*fanoutv1.Event]{ID: "k", Value: &fanoutv1.Event{TaskId: "k", Version: v}, Submitted: time.Now()}
-		if err := l.b.Offer(context.Background(), []batcher.Task[*fanoutv1.Event]{task}); err != nil {
+		raw, err := proto.Marshal(&fanoutv1.Event{TaskId: "k", Version: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := batcher.Task[*outEvent]{ID: "k", Value: &outEvent{raw: raw, version: v}, Submitted: time.Now()}
+		if err := l.b.Offer(context.Background(), []batcher.Task[*outEvent]{task}); err != nil {
 			t.Fatal(err)
 		}
 	}

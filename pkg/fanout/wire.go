@@ -3,11 +3,9 @@ package fanout
 import (
 	"sync"
 
-	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
-	"google.golang.org/protobuf/proto"
 )
 
 // The receive path is pass-through: a replicated event stays in the bytes its origin
@@ -21,15 +19,19 @@ import (
 // framePool recycles the request frames of Replicate calls.
 var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
 
-// cachedSize reads an event's encoded size from protobuf's size cache. Node.prepare
-// has just encoded every event it offers, after the last change to it (its version),
-// which filled the cache; nothing changes an event after that.
-var cachedSize = proto.MarshalOptions{UseCachedSize: true}
+// outEvent is one of this node's own events on its way to the peers: encoded once,
+// when Submit stored it in the state table, and sent to every peer as those bytes
+// (link.Process embeds them in each Replicate request with wire.AppendReplicate):
+// with P peers, one encoding instead of 1 + P.
+type outEvent struct {
+	raw     []byte // the Event, its version included; never changed after prepare
+	version uint64
+}
 
-// eventItemBytes is what ev adds to a ReplicateRequest: the batcher's Config.Size, so
+// outItemBytes is what o adds to a ReplicateRequest: the batcher's Config.Size, so
 // that a batch of MaxBatchBytes is a request of at most that plus messageOverhead,
 // and pending's bytes are what would be sent.
-func eventItemBytes(ev *fanoutv1.Event) int { return replicateItemBytes(cachedSize.Size(ev)) }
+func outItemBytes(o *outEvent) int { return replicateItemBytes(len(o.raw)) }
 
 // readEvent reads an Event's task_id and version (wire.ReadEvent) and checks it against
 // the limits exactly as validateEvent checks the decoded Event, with protobuf's

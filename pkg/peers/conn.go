@@ -103,6 +103,20 @@ func (c *Conn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	return resp, nil
 }
 
+// ReplicateFrame sends one batch already encoded as a ReplicateRequest of events events
+// (the origin encodes each event once for all its peers; internal/wire's
+// AppendReplicate). Errors are classified as Replicate's.
+func (c *Conn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+	resp := new(fanoutv1.ReplicateResponse)
+	if err := c.cc.Invoke(ctx, fanoutv1.PeerService_Replicate_FullMethodName, f, resp); err != nil {
+		return nil, Classify(err)
+	}
+	if got := len(resp.GetStatuses()); got != events {
+		return nil, fmt.Errorf("%w: %s answered %d statuses for %d events", ErrPermanent, c.addr, got, events)
+	}
+	return resp, nil
+}
+
 // Close releases the connection. It is safe to call more than once.
 func (c *Conn) Close() error {
 	err := c.cc.Close()

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // FakeNetwork is an in-memory stand-in for the peer network, for tests of the
@@ -65,6 +66,18 @@ func (c *FakeConn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest
 		return nil, fmt.Errorf("%w: fake %s answered %d statuses for %d events", ErrPermanent, c.addr, got, want)
 	}
 	return resp, nil
+}
+
+// ReplicateFrame decodes the frame and calls the handler, as Replicate does.
+func (c *FakeConn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+	req := new(fanoutv1.ReplicateRequest)
+	if err := proto.Unmarshal(f.B, req); err != nil {
+		return nil, fmt.Errorf("%w: fake %s: %v", ErrPermanent, c.addr, err)
+	}
+	if len(req.GetEvents()) != events {
+		return nil, fmt.Errorf("%w: fake %s: frame of %d events, said %d", ErrPermanent, c.addr, len(req.GetEvents()), events)
+	}
+	return c.Replicate(ctx, req)
 }
 
 // Addr is the fake peer's address.
