@@ -245,6 +245,15 @@ func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*s
 	return st, nil
 }
 
+// panicRecovery turns a panic in a gRPC handler into INTERNAL and an ERROR line, on
+// every server of the instance.
+func panicRecovery(log *slog.Logger) recovery.Option {
+	return recovery.WithRecoveryHandler(func(p any) error {
+		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
+		return status.Errorf(codes.Internal, "internal error")
+	})
+}
+
 // msgSizes are a gRPC server's message bounds, in bytes.
 type msgSizes struct{ recv, send int }
 
@@ -253,10 +262,7 @@ type msgSizes struct{ recv, send int }
 // gRPC probes send no metadata).
 func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, sizes msgSizes, creds credentials.TransportCredentials,
 	authFn auth.AuthFunc, h *health.Server) *grpc.Server {
-	recov := recovery.WithRecoveryHandler(func(p any) error {
-		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
-		return status.Errorf(codes.Internal, "internal error")
-	})
+	recov := panicRecovery(log)
 	unary := []grpc.UnaryServerInterceptor{m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)}
 	stream := []grpc.StreamServerInterceptor{m.StreamServerInterceptor(), recovery.StreamServerInterceptor(recov)}
 	if authFn != nil {
@@ -355,10 +361,7 @@ func (inst *instance) startAdmin(addr string, reg *prometheus.Registry, log *slo
 		}
 		fmt.Fprintln(w, reason)
 	})
-	recov := recovery.WithRecoveryHandler(func(p any) error {
-		log.Error("panic in gRPC handler", "panic", fmt.Sprint(p))
-		return status.Errorf(codes.Internal, "internal error")
-	})
+	recov := panicRecovery(log)
 	inst.adminGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(adminGRPCBytes), grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recov)),
 		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recov)))
 	healthpb.RegisterHealthServer(inst.adminGRPC, inst.health)

@@ -29,20 +29,3 @@ func AppendReplicate(b []byte, origin string, n int, event func(i int) []byte, s
 	}
 	return b
 }
-
-// ReplicateSize is the size of what AppendReplicate appends.
-func ReplicateSize(origin string, n int, event func(i int) []byte, submitted func(i int) int64) int {
-	size := 0
-	if origin != "" {
-		size += protowire.SizeTag(ReplicateRequestOriginNode) + protowire.SizeBytes(len(origin))
-	}
-	packed := 0
-	for i := range n {
-		size += protowire.SizeTag(ReplicateRequestEvents) + protowire.SizeBytes(len(event(i)))
-		packed += protowire.SizeVarint(uint64(submitted(i)))
-	}
-	if n > 0 {
-		size += protowire.SizeTag(ReplicateRequestSubmittedAtUnixNanos) + protowire.SizeBytes(packed)
-	}
-	return size
-}

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,31 +44,13 @@ func (p *limitedPeer) received(id string) bool {
 	return p.got[id]
 }
 
-// syncBuffer is a log sink safe for the node's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestPeerRefusesTooLarge: a peer whose receive limit is below this node's batches
 // gets them split until they fit, and an event bigger than its limit alone is dropped
 // as too_large (its ack DROPPED, a WARN line naming it); nothing is retried forever
 // and every other event arrives.
 func TestPeerRefusesTooLarge(t *testing.T) {
 	p := &limitedPeer{limit: 8 << 10, got: map[string]bool{}}
-	logs := &syncBuffer{}
+	logs := &syncWriter{}
 	tn := nodeWithPeer(t, p.handle, func(cfg *Config) {
 		cfg.Batcher.Workers = 1
 		cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))

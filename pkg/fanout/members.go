@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,18 +246,8 @@ func (n *Node) allLinks() []*link {
 	for _, lv := range m.leaving {
 		out = append(out, lv.l)
 	}
-	slices.SortFunc(out[len(links):], func(a, b *link) int { return cmpString(a.addr, b.addr) })
+	slices.SortFunc(out[len(links):], func(a, b *link) int { return strings.Compare(a.addr, b.addr) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // closeLeaving closes the links still leaving the set; Close calls it after the

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // The failure classes of a Replicate call (SPEC §5, and ErrTooLarge, ours). Errors
@@ -92,15 +93,13 @@ func (c *Conn) Addr() string { return c.addr }
 
 // Replicate sends one batch. ctx carries the deadline (--replicate-timeout). The error,
 // if any, wraps ErrCongestion, ErrNetwork or ErrPermanent.
+// It is ReplicateFrame of the request encoded here; the node sends frames.
 func (c *Conn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-	resp, err := c.client.Replicate(ctx, req)
+	b, err := proto.Marshal(req)
 	if err != nil {
-		return nil, Classify(err)
+		return nil, fmt.Errorf("%w: encode the request: %v", ErrPermanent, err)
 	}
-	if got, want := len(resp.GetStatuses()), len(req.GetEvents()); got != want {
-		return nil, fmt.Errorf("%w: %s answered %d statuses for %d events", ErrPermanent, c.addr, got, want)
-	}
-	return resp, nil
+	return c.ReplicateFrame(ctx, &Frame{B: b}, len(req.GetEvents()))
 }
 
 // ReplicateFrame sends one batch already encoded as a ReplicateRequest of events events
