@@ -76,6 +76,12 @@ func TestPeerRefusesTooLarge(t *testing.T) {
 		}
 		return true
 	})
+	// The peer records an event before its answer reaches this node: wait for the
+	// answers to be counted too.
+	waitFor(t, "nothing pending or in flight", func() bool {
+		st := peerStatus(tn)
+		return st.InFlight == 0 && st.Pending == 0
+	})
 	st := peerStatus(tn)
 	if st.TooLarge != 1 || st.Succeeded != 40 || st.Permanent != 0 || st.Congestion != 0 || p.received("huge") {
 		t.Fatalf("peer status %v", st)
