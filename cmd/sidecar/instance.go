@@ -64,6 +64,8 @@ type instanceConfig struct {
 	security    securityOptions
 	// collectors are registered on /metrics beside the node's (DNS discovery's).
 	collectors []prometheus.Collector
+	// unaryReplicate: --replicate-stream=false (peers.Options.Unary).
+	unaryReplicate bool
 }
 
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
@@ -150,7 +152,9 @@ func startInstance(c instanceConfig) (*instance, error) {
 	c.node.Dial = func(addr string) (fanout.Replicator, error) {
 		opts := peers.Options{
 			MaxMessageBytes: peerMsg,
-			DialOptions:     []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor())},
+			DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor()),
+				grpc.WithStreamInterceptor(cliMetrics.StreamClientInterceptor())},
+			Unary: c.unaryReplicate,
 		}
 		if peerTLS != nil {
 			opts.Creds = peerTLS.ClientCredentials()

@@ -26,6 +26,7 @@ type serveOptions struct {
 	pprofAddr                    string
 	peers                        string
 	shutdownTimeout              time.Duration
+	replicateStream              bool // --replicate-stream
 	logLevel                     string
 	gomaxprocs                   int
 	memoryLimit                  string
@@ -43,6 +44,7 @@ func defaultServeOptions() serveOptions {
 		peerAddr:        "0.0.0.0:7071",
 		adminAddr:       "0.0.0.0:9090",
 		shutdownTimeout: 10 * time.Second,
+		replicateStream: true,
 		logLevel:        "info",
 		gomaxprocs:      1,
 		memoryLimit:     "auto",
@@ -72,7 +74,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&b.MaxBatch, "max-batch", b.MaxBatch, "events per Replicate call (Eureka's BATCH_SIZE)")
 	fs.DurationVar(&b.MaxBatchingDelay, "max-batching-delay", b.MaxBatchingDelay, "how long the oldest event may wait for a fuller batch (0: send at once; Eureka uses 500ms)")
 	fs.DurationVar(&b.IdleFlush, "batch-idle-flush", b.IdleFlush, "with --max-batching-delay > 0: send a waiting batch early once no new event has arrived for this long (0: off; Eureka has no such rule)")
-	fs.IntVar(&b.Workers, "workers", b.Workers, "concurrent Replicate calls per peer")
+	fs.IntVar(&b.Workers, "workers", b.Workers, "batches in flight per peer (on the replicate stream, or as concurrent Replicate calls)")
+	fs.BoolVar(&o.replicateStream, "replicate-stream", o.replicateStream, "send every peer's batches on one long-lived ReplicateStream (no per-call headers and stream setup; docs/BENCHMARKS.md); false: one unary Replicate call per batch, as sidecars before API v1.1 do (a peer without the stream is sent unary calls anyway)")
 	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after it said it is overloaded (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY): it may recover in a moment")
 	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached: longer than the congestion pause, since a dead peer takes longer to come back")
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
@@ -174,7 +177,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	inst, err := startInstance(instanceConfig{
 		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr, pprofAddr: o.pprofAddr,
 		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven, security: o.security,
-		collectors: collectors,
+		collectors: collectors, unaryReplicate: !o.replicateStream,
 	})
 	if err != nil {
 		return forFlags(err)

@@ -13,6 +13,10 @@ const (
 	ReplicateRequestEvents               protowire.Number = 2 // repeated Event
 	ReplicateRequestSubmittedAtUnixNanos protowire.Number = 3 // repeated int64, packed
 
+	// fanout.v1.ReplicateStreamRequest
+	ReplicateStreamRequestSeq   protowire.Number = 1 // uint64
+	ReplicateStreamRequestBatch protowire.Number = 2 // ReplicateRequest
+
 	// fanout.v1.Event
 	EventTaskID     protowire.Number = 1 // string
 	EventPayload    protowire.Number = 2 // bytes

@@ -33,6 +33,9 @@ var fieldNumbers = []struct {
 	{"ReplicateRequestEvents", "fanout.v1.ReplicateRequest.events", protowire.BytesType, "repeated fanout.v1.Event"},
 	{"ReplicateRequestSubmittedAtUnixNanos", "fanout.v1.ReplicateRequest.submitted_at_unix_nanos", protowire.BytesType, "packed int64"},
 
+	{"ReplicateStreamRequestSeq", "fanout.v1.ReplicateStreamRequest.seq", protowire.VarintType, "uint64"},
+	{"ReplicateStreamRequestBatch", "fanout.v1.ReplicateStreamRequest.batch", protowire.BytesType, "fanout.v1.ReplicateRequest"},
+
 	{"EventTaskID", "fanout.v1.Event.task_id", protowire.BytesType, "string"},
 	{"EventPayload", "fanout.v1.Event.payload", protowire.BytesType, "bytes"},
 	{"EventAttributes", "fanout.v1.Event.attributes", protowire.BytesType, "map<string, string>"},

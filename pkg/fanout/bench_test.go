@@ -13,8 +13,9 @@ import (
 )
 
 // benchPair starts receiver "b" on a real loopback TCP listener and origin "a" whose
-// peer is b, with the given worker count, and a subscriber on b that counts.
-func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()) {
+// peer is b, with the given worker count, and a subscriber on b that counts. unary:
+// batches go as unary Replicate calls instead of on a ReplicateStream.
+func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan struct{}, func()) {
 	b.Helper()
 	recvCfg := testConfig("b")
 	nb, err := New(recvCfg)
@@ -25,7 +26,7 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := grpc.NewServer(peers.FrameServerOption())
+	srv := grpc.NewServer(peers.ServerOptions()...)
 	RegisterPeerServer(srv, NewPeerServer(nb))
 	go srv.Serve(lis)
 
@@ -33,7 +34,7 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 	sendCfg.Batcher.Workers = workers
 	sendCfg.Batcher.MaxBuffer = 100_000
 	sendCfg.Dial = func(addr string) (Replicator, error) {
-		return peers.Dial(addr, peers.Options{MaxMessageBytes: 64 << 20})
+		return peers.Dial(addr, peers.Options{MaxMessageBytes: 64 << 20, Unary: unary})
 	}
 	na, err := New(sendCfg)
 	if err != nil {
@@ -68,39 +69,71 @@ func benchPair(b *testing.B, workers int) (*Node, *Node, <-chan struct{}, func()
 	}
 }
 
+// protocols are the two ways a batch travels, for the benchmarks' A/B.
+var protocols = []struct {
+	name  string
+	unary bool
+}{{"stream", false}, {"unary", true}}
+
 // BenchmarkPipeline measures events/s from Node.Submit on one node to the subscriber
 // queue of its peer over loopback gRPC, unique task_ids, 100-byte payloads, by workers
-// per peer. It is how the default of --workers was chosen (docs/BENCHMARKS.md).
+// per peer and by protocol (ReplicateStream or unary Replicate calls). It is how the
+// default of --workers was chosen (docs/BENCHMARKS.md).
 func BenchmarkPipeline(b *testing.B) {
-	for _, workers := range []int{1, 2, 4, 8, 20} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			na, _, got, stop := benchPair(b, workers)
+	for _, p := range protocols {
+		for _, workers := range []int{1, 2, 4, 8, 20} {
+			b.Run(fmt.Sprintf("proto=%s/workers=%d", p.name, workers), func(b *testing.B) {
+				na, _, got, stop := benchPair(b, workers, p.unary)
+				defer stop()
+				const perReq = 100
+				// A window of outstanding events keeps the sender under --max-buffer, so
+				// nothing is evicted and every event is counted once.
+				window := make(chan struct{}, 20_000)
+				payload := make([]byte, 100)
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				go func() {
+					for i := 0; i < b.N; i += perReq {
+						req := &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, min(perReq, b.N-i))}
+						for k := range req.Events {
+							window <- struct{}{}
+							req.Events[k] = &fanoutv1.Event{TaskId: fmt.Sprintf("t-%d", i+k), Payload: payload}
+						}
+						if _, err := na.Submit(context.Background(), req); err != nil {
+							panic(err)
+						}
+					}
+				}()
+				for range b.N {
+					<-got
+					<-window
+				}
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			})
+		}
+	}
+}
+
+// BenchmarkRoundTrip measures one event at a time from Node.Submit to the peer's
+// subscriber queue (the next is submitted once the last arrived): the fixed cost of a
+// batch of one, where a unary call's headers, trailers and stream setup weigh most.
+// ns/op is the latency of the path; allocs/op counts both nodes.
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, p := range protocols {
+		b.Run("proto="+p.name, func(b *testing.B) {
+			na, _, got, stop := benchPair(b, 8, p.unary)
 			defer stop()
-			const perReq = 100
-			// A window of outstanding events keeps the sender under --max-buffer, so
-			// nothing is evicted and every event is counted once.
-			window := make(chan struct{}, 20_000)
 			payload := make([]byte, 100)
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
-			go func() {
-				for i := 0; i < b.N; i += perReq {
-					req := &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, min(perReq, b.N-i))}
-					for k := range req.Events {
-						window <- struct{}{}
-						req.Events[k] = &fanoutv1.Event{TaskId: fmt.Sprintf("t-%d", i+k), Payload: payload}
-					}
-					if _, err := na.Submit(context.Background(), req); err != nil {
-						panic(err)
-					}
+			for i := range b.N {
+				req := &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: fmt.Sprintf("t-%d", i), Payload: payload}}}
+				if _, err := na.Submit(context.Background(), req); err != nil {
+					b.Fatal(err)
 				}
-			}()
-			for range b.N {
 				<-got
-				<-window
 			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 		})
 	}
 }

@@ -475,9 +475,22 @@ func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.Re
 	}
 	var req wire.Replicate
 	if err := wire.ParseReplicate(f.B, &req); err != nil {
-		return nil, invalid("request", "not a valid protobuf message") // README quotes it
+		return nil, errNotProtobuf
 	}
-	if err := n.validateReplicate(&req); err != nil {
+	return n.replicateParsed(ctx, &req)
+}
+
+// errNotProtobuf answers a request that is not a valid protobuf message. The README
+// quotes it.
+var errNotProtobuf = invalid("request", "not a valid protobuf message")
+
+// replicateParsed is replicateFrame after the request is read (a ReplicateStream
+// reads its batches itself).
+func (n *Node) replicateParsed(ctx context.Context, req *wire.Replicate) (*fanoutv1.ReplicateResponse, error) {
+	if n.draining.Load() {
+		return nil, ErrShuttingDown
+	}
+	if err := n.validateReplicate(req); err != nil {
 		return nil, err
 	}
 	if err := n.authorize(ctx, req.Origin); err != nil {
@@ -490,7 +503,7 @@ func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.Re
 	from := n.received.of(req.Origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.Events {
-		st := n.admit(i, raw, &req, now, bound)
+		st := n.admit(i, raw, req, now, bound)
 		resp.Statuses[i] = st
 		counts[recvOutcome(st)]++
 		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -48,14 +49,32 @@ type Options struct {
 	MaxReconnectDelay time.Duration
 	// DialOptions are appended (interceptors, stats handlers).
 	DialOptions []grpc.DialOption
+	// Unary sends every batch as its own unary Replicate call instead of on the
+	// connection's ReplicateStream (peer.proto; docs/BENCHMARKS.md compares the two).
+	Unary bool
 }
 
-// Conn is a client of one peer's PeerService. It is safe for concurrent use; gRPC
-// multiplexes concurrent Replicate calls over one HTTP/2 connection.
+// Conn is a client of one peer's PeerService. It is safe for concurrent use. Batches
+// travel on one ReplicateStream at a time (stream.go), opened on the first batch and
+// again after one ends; concurrent batches share it. With Options.Unary, or for a
+// minute after the peer answered that it has no ReplicateStream, each batch is a
+// unary Replicate call instead (gRPC multiplexes concurrent calls over one HTTP/2
+// connection).
 type Conn struct {
 	addr   string
 	cc     *grpc.ClientConn
 	client fanoutv1.PeerServiceClient
+	max    int  // MaxMessageBytes
+	unary  bool // Options.Unary
+
+	ctx    context.Context // the streams' parent; canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the streams' goroutines
+
+	mu         sync.Mutex
+	st         *replStream // the stream batches go on; nil: none opened yet. Guarded by mu.
+	unaryUntil time.Time   // the peer has no ReplicateStream: unary calls until then. Guarded by mu.
+	closed     bool        // guarded by mu
 }
 
 // Dial prepares a connection to addr. It does not block: gRPC connects lazily and
@@ -85,7 +104,9 @@ func Dial(addr string, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peers: dial %s: %w", addr, err)
 	}
-	return &Conn{addr: addr, cc: cc, client: fanoutv1.NewPeerServiceClient(cc)}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Conn{addr: addr, cc: cc, client: fanoutv1.NewPeerServiceClient(cc), max: size, unary: opts.Unary,
+		ctx: ctx, cancel: cancel}, nil
 }
 
 // Addr is the peer's address as configured.
@@ -106,8 +127,8 @@ func (c *Conn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 // (the origin encodes each event once for all its peers; internal/wire's
 // AppendReplicate). Errors are classified as Replicate's.
 func (c *Conn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanoutv1.ReplicateResponse, error) {
-	resp := new(fanoutv1.ReplicateResponse)
-	if err := c.cc.Invoke(ctx, fanoutv1.PeerService_Replicate_FullMethodName, f, resp); err != nil {
+	resp, err := c.replicate(ctx, f)
+	if err != nil {
 		return nil, Classify(err)
 	}
 	if got := len(resp.GetStatuses()); got != events {
@@ -116,8 +137,30 @@ func (c *Conn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanou
 	return resp, nil
 }
 
-// Close releases the connection. It is safe to call more than once.
+// replicate sends f on the stream, or as a unary call; the error is unclassified.
+func (c *Conn) replicate(ctx context.Context, f *Frame) (*fanoutv1.ReplicateResponse, error) {
+	if s := c.stream(); s != nil {
+		resp, err := s.do(ctx, f)
+		if !errUnimplemented(err) {
+			return resp, err
+		}
+		c.fallBack() // a peer from before ReplicateStream: this batch goes unary at once
+	}
+	resp := new(fanoutv1.ReplicateResponse)
+	if err := c.cc.Invoke(ctx, fanoutv1.PeerService_Replicate_FullMethodName, f, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Close ends the stream, waits for its goroutine and releases the connection. It is
+// safe to call more than once.
 func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
 	err := c.cc.Close()
 	if status.Code(err) == codes.Canceled {
 		return nil // already closed

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"github.com/fanout/fanout/internal/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -12,9 +13,9 @@ import (
 // (by its origin's Node.Submit, once per event, for the state table) and uses frames
 // where those bytes cross gRPC unchanged: a peer's Replicate request arrives as a frame
 // that pkg/fanout reads with internal/wire and stores event by event without
-// decoding, and Subscribe sends the stored bytes to the app as frames. The sending side
-// of Replicate does not: a link hands gRPC a ReplicateRequest of decoded events, which
-// gRPC encodes once per call (per peer, and again for a retried batch).
+// decoding, Subscribe sends the stored bytes to the app as frames, and a link sends a
+// batch built from its events' stored bytes (internal/wire's AppendReplicate) as a
+// frame, or on a stream as a streamFrame (stream.go).
 //
 // A frame passes through only on a server made with FrameServerOption and a
 // connection made with FrameDialOption (ServerOptions and DialOptions include them);
@@ -48,6 +49,14 @@ func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 		// gRPC writes the message after SendMsg returns and frees what Marshal gave
 		// it, so it gets a pooled copy and the caller keeps its buffer.
 		return mem.BufferSlice{mem.Copy(f.B, bufferPool)}, nil
+	}
+	if f, ok := v.(*streamFrame); ok {
+		// A ReplicateStreamRequest: its head, then the batch's bytes as they are.
+		n := wire.ReplicateStreamHeadSize(f.seq, len(f.batch)) + len(f.batch)
+		buf := bufferPool.Get(n)
+		b := wire.AppendReplicateStreamHead((*buf)[:0], f.seq, len(f.batch))
+		*buf = append(b, f.batch...)
+		return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
 	}
 	return c.base.Marshal(v)
 }

@@ -136,6 +136,13 @@ func TestDNSMembership(t *testing.T) {
 		len(resp.GetPeerAcks()) != 2 {
 		t.Fatalf("ack ALL on a cluster found by DNS: %v", resp)
 	}
+	// Every node sends to every other before the goroutines are counted, so that each
+	// has its peers' replicate streams open, as it has under the load below.
+	for _, i := range []int{1, 2} {
+		if resp, _ := ackSubmit(t, d.cluster, i, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, "dns/first-"+d.node(i).spec.ID); !resp.GetSatisfied() {
+			t.Fatalf("ack ALL from %s: %v", d.node(i).spec.ID, resp)
+		}
+	}
 	cv := watch(t, d.cluster)
 	goroutines := make([]float64, 3)
 	for i := range 3 {

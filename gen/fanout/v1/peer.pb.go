@@ -719,6 +719,135 @@ func (x *ReplicateResponse) GetIncarnation() uint64 {
 	return 0
 }
 
+// ReplicateStreamRequest is one batch on a ReplicateStream.
+type ReplicateStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq names the batch on this stream, from 1, increasing; its answer carries it.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// batch is what a Replicate call would send.
+	Batch         *ReplicateRequest `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateStreamRequest) Reset() {
+	*x = ReplicateStreamRequest{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateStreamRequest) ProtoMessage() {}
+
+func (x *ReplicateStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateStreamRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateStreamRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplicateStreamRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReplicateStreamRequest) GetBatch() *ReplicateRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+// ReplicateStreamResponse answers one batch on a ReplicateStream.
+type ReplicateStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq is the batch's; 0 with a code: the receiver closes the stream.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// result is what a Replicate call would answer; set when code is 0 (OK).
+	Result *ReplicateResponse `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// code is the gRPC status code the Replicate call would have ended with
+	// (google.rpc.Code: 0 OK, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE, ...) and message
+	// its message: the sender classifies a failed batch as it would a failed call.
+	Code          uint32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateStreamResponse) Reset() {
+	*x = ReplicateStreamResponse{}
+	mi := &file_fanout_v1_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateStreamResponse) ProtoMessage() {}
+
+func (x *ReplicateStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateStreamResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateStreamResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReplicateStreamResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReplicateStreamResponse) GetResult() *ReplicateResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ReplicateStreamResponse) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReplicateStreamResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_fanout_v1_peer_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_peer_proto_rawDesc = "" +
@@ -764,16 +893,25 @@ const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\x11ReplicateResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x121\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x15.fanout.v1.ItemStatusR\bstatuses\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x06R\vincarnation*\x83\x01\n" +
+	"\vincarnation\x18\x03 \x01(\x06R\vincarnation\"]\n" +
+	"\x16ReplicateStreamRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1b.fanout.v1.ReplicateRequestR\x05batch\"\x8f\x01\n" +
+	"\x17ReplicateStreamResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
+	"\x06result\x18\x02 \x01(\v2\x1c.fanout.v1.ReplicateResponseR\x06result\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\x83\x01\n" +
 	"\n" +
 	"ItemStatus\x12\x1b\n" +
 	"\x17ITEM_STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eITEM_STATUS_OK\x10\x01\x12\x15\n" +
 	"\x11ITEM_STATUS_STALE\x10\x02\x12\x14\n" +
 	"\x10ITEM_STATUS_BUSY\x10\x03\x12\x17\n" +
-	"\x13ITEM_STATUS_INVALID\x10\x042\x88\x02\n" +
+	"\x13ITEM_STATUS_INVALID\x10\x042\xe6\x02\n" +
 	"\vPeerService\x12F\n" +
-	"\tReplicate\x12\x1b.fanout.v1.ReplicateRequest\x1a\x1c.fanout.v1.ReplicateResponse\x12=\n" +
+	"\tReplicate\x12\x1b.fanout.v1.ReplicateRequest\x1a\x1c.fanout.v1.ReplicateResponse\x12\\\n" +
+	"\x0fReplicateStream\x12!.fanout.v1.ReplicateStreamRequest\x1a\".fanout.v1.ReplicateStreamResponse(\x010\x01\x12=\n" +
 	"\x06Digest\x12\x18.fanout.v1.DigestRequest\x1a\x19.fanout.v1.DigestResponse\x129\n" +
 	"\x04Pull\x12\x16.fanout.v1.PullRequest\x1a\x17.fanout.v1.PullResponse0\x01\x127\n" +
 	"\x04Push\x12\x16.fanout.v1.PushRequest\x1a\x17.fanout.v1.PushResponseBk\n" +
@@ -792,40 +930,46 @@ func file_fanout_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fanout_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fanout_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_fanout_v1_peer_proto_goTypes = []any{
-	(ItemStatus)(0),           // 0: fanout.v1.ItemStatus
-	(*DigestRequest)(nil),     // 1: fanout.v1.DigestRequest
-	(*DigestResponse)(nil),    // 2: fanout.v1.DigestResponse
-	(*SyncEntry)(nil),         // 3: fanout.v1.SyncEntry
-	(*KeyStamp)(nil),          // 4: fanout.v1.KeyStamp
-	(*PullRequest)(nil),       // 5: fanout.v1.PullRequest
-	(*PullResponse)(nil),      // 6: fanout.v1.PullResponse
-	(*PushRequest)(nil),       // 7: fanout.v1.PushRequest
-	(*PushResponse)(nil),      // 8: fanout.v1.PushResponse
-	(*ReplicateRequest)(nil),  // 9: fanout.v1.ReplicateRequest
-	(*ReplicateResponse)(nil), // 10: fanout.v1.ReplicateResponse
-	(*Event)(nil),             // 11: fanout.v1.Event
+	(ItemStatus)(0),                 // 0: fanout.v1.ItemStatus
+	(*DigestRequest)(nil),           // 1: fanout.v1.DigestRequest
+	(*DigestResponse)(nil),          // 2: fanout.v1.DigestResponse
+	(*SyncEntry)(nil),               // 3: fanout.v1.SyncEntry
+	(*KeyStamp)(nil),                // 4: fanout.v1.KeyStamp
+	(*PullRequest)(nil),             // 5: fanout.v1.PullRequest
+	(*PullResponse)(nil),            // 6: fanout.v1.PullResponse
+	(*PushRequest)(nil),             // 7: fanout.v1.PushRequest
+	(*PushResponse)(nil),            // 8: fanout.v1.PushResponse
+	(*ReplicateRequest)(nil),        // 9: fanout.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),       // 10: fanout.v1.ReplicateResponse
+	(*ReplicateStreamRequest)(nil),  // 11: fanout.v1.ReplicateStreamRequest
+	(*ReplicateStreamResponse)(nil), // 12: fanout.v1.ReplicateStreamResponse
+	(*Event)(nil),                   // 13: fanout.v1.Event
 }
 var file_fanout_v1_peer_proto_depIdxs = []int32{
 	4,  // 0: fanout.v1.PullRequest.have:type_name -> fanout.v1.KeyStamp
 	3,  // 1: fanout.v1.PullResponse.entries:type_name -> fanout.v1.SyncEntry
 	3,  // 2: fanout.v1.PushRequest.entries:type_name -> fanout.v1.SyncEntry
-	11, // 3: fanout.v1.ReplicateRequest.events:type_name -> fanout.v1.Event
+	13, // 3: fanout.v1.ReplicateRequest.events:type_name -> fanout.v1.Event
 	0,  // 4: fanout.v1.ReplicateResponse.statuses:type_name -> fanout.v1.ItemStatus
-	9,  // 5: fanout.v1.PeerService.Replicate:input_type -> fanout.v1.ReplicateRequest
-	1,  // 6: fanout.v1.PeerService.Digest:input_type -> fanout.v1.DigestRequest
-	5,  // 7: fanout.v1.PeerService.Pull:input_type -> fanout.v1.PullRequest
-	7,  // 8: fanout.v1.PeerService.Push:input_type -> fanout.v1.PushRequest
-	10, // 9: fanout.v1.PeerService.Replicate:output_type -> fanout.v1.ReplicateResponse
-	2,  // 10: fanout.v1.PeerService.Digest:output_type -> fanout.v1.DigestResponse
-	6,  // 11: fanout.v1.PeerService.Pull:output_type -> fanout.v1.PullResponse
-	8,  // 12: fanout.v1.PeerService.Push:output_type -> fanout.v1.PushResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	9,  // 5: fanout.v1.ReplicateStreamRequest.batch:type_name -> fanout.v1.ReplicateRequest
+	10, // 6: fanout.v1.ReplicateStreamResponse.result:type_name -> fanout.v1.ReplicateResponse
+	9,  // 7: fanout.v1.PeerService.Replicate:input_type -> fanout.v1.ReplicateRequest
+	11, // 8: fanout.v1.PeerService.ReplicateStream:input_type -> fanout.v1.ReplicateStreamRequest
+	1,  // 9: fanout.v1.PeerService.Digest:input_type -> fanout.v1.DigestRequest
+	5,  // 10: fanout.v1.PeerService.Pull:input_type -> fanout.v1.PullRequest
+	7,  // 11: fanout.v1.PeerService.Push:input_type -> fanout.v1.PushRequest
+	10, // 12: fanout.v1.PeerService.Replicate:output_type -> fanout.v1.ReplicateResponse
+	12, // 13: fanout.v1.PeerService.ReplicateStream:output_type -> fanout.v1.ReplicateStreamResponse
+	2,  // 14: fanout.v1.PeerService.Digest:output_type -> fanout.v1.DigestResponse
+	6,  // 15: fanout.v1.PeerService.Pull:output_type -> fanout.v1.PullResponse
+	8,  // 16: fanout.v1.PeerService.Push:output_type -> fanout.v1.PushResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_peer_proto_init() }
@@ -840,7 +984,7 @@ func file_fanout_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_peer_proto_rawDesc), len(file_fanout_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

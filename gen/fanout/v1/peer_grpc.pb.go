@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PeerService_Replicate_FullMethodName = "/fanout.v1.PeerService/Replicate"
-	PeerService_Digest_FullMethodName    = "/fanout.v1.PeerService/Digest"
-	PeerService_Pull_FullMethodName      = "/fanout.v1.PeerService/Pull"
-	PeerService_Push_FullMethodName      = "/fanout.v1.PeerService/Push"
+	PeerService_Replicate_FullMethodName       = "/fanout.v1.PeerService/Replicate"
+	PeerService_ReplicateStream_FullMethodName = "/fanout.v1.PeerService/ReplicateStream"
+	PeerService_Digest_FullMethodName          = "/fanout.v1.PeerService/Digest"
+	PeerService_Pull_FullMethodName            = "/fanout.v1.PeerService/Pull"
+	PeerService_Push_FullMethodName            = "/fanout.v1.PeerService/Push"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -31,10 +32,32 @@ const (
 //
 // PeerService is served on the peer address (default 0.0.0.0:7071). Sidecars call
 // it on each other; applications never do.
+//
+// Versions of this API (the package stays fanout.v1: every change is an addition, and
+// a sidecar of either version works with the other):
+//   - v1: Replicate (one batch per unary call), Digest, Pull, Push; incarnation in
+//     ReplicateResponse and DigestResponse.
+//   - v1.1: ReplicateStream, the batches of a connection on one stream. A v1.1 sender
+//     falls back to Replicate for a peer that answers it UNIMPLEMENTED; a v1 sender's
+//     Replicate calls are served as before.
 type PeerServiceClient interface {
 	// Replicate delivers one batch from a peer's worker. Events that arrive here
-	// are never sent on (one hop).
+	// are never sent on (one hop). Kept for peers that do not serve ReplicateStream
+	// (before API v1.1) and for --replicate-stream=false.
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
+	// ReplicateStream (API v1.1) carries the same batches and answers as Replicate
+	// over one long-lived stream per peer connection: a sender keeps several batches
+	// in flight on it (one per worker) and pays no per-call headers, trailers or
+	// stream setup. Each request's seq comes back on its answer; answers may arrive
+	// in any order. The receiver sends its header metadata at once, with
+	// "fanout-max-recv-bytes": the largest request message it accepts, so a sender
+	// splits a batch before sending it instead of losing the stream to gRPC's size
+	// refusal. A failed batch is answered with its code and message, as the unary
+	// call would end; the stream stays open. An answer with seq 0 and a code is the
+	// receiver closing the stream (it is shutting down): the sender stops sending on
+	// it and opens another for its next batch. A sender that finds the method
+	// UNIMPLEMENTED (an older peer) falls back to Replicate.
+	ReplicateStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateStreamRequest, ReplicateStreamResponse], error)
 	// Digest returns the hashes of the children of the given tree nodes.
 	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
 	// Pull compares the caller's stamps of some leaves with the receiver's entries of
@@ -63,6 +86,19 @@ func (c *peerServiceClient) Replicate(ctx context.Context, in *ReplicateRequest,
 	return out, nil
 }
 
+func (c *peerServiceClient) ReplicateStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateStreamRequest, ReplicateStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PeerService_ServiceDesc.Streams[0], PeerService_ReplicateStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReplicateStreamRequest, ReplicateStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_ReplicateStreamClient = grpc.BidiStreamingClient[ReplicateStreamRequest, ReplicateStreamResponse]
+
 func (c *peerServiceClient) Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DigestResponse)
@@ -75,7 +111,7 @@ func (c *peerServiceClient) Digest(ctx context.Context, in *DigestRequest, opts 
 
 func (c *peerServiceClient) Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &PeerService_ServiceDesc.Streams[0], PeerService_Pull_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &PeerService_ServiceDesc.Streams[1], PeerService_Pull_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +144,32 @@ func (c *peerServiceClient) Push(ctx context.Context, in *PushRequest, opts ...g
 //
 // PeerService is served on the peer address (default 0.0.0.0:7071). Sidecars call
 // it on each other; applications never do.
+//
+// Versions of this API (the package stays fanout.v1: every change is an addition, and
+// a sidecar of either version works with the other):
+//   - v1: Replicate (one batch per unary call), Digest, Pull, Push; incarnation in
+//     ReplicateResponse and DigestResponse.
+//   - v1.1: ReplicateStream, the batches of a connection on one stream. A v1.1 sender
+//     falls back to Replicate for a peer that answers it UNIMPLEMENTED; a v1 sender's
+//     Replicate calls are served as before.
 type PeerServiceServer interface {
 	// Replicate delivers one batch from a peer's worker. Events that arrive here
-	// are never sent on (one hop).
+	// are never sent on (one hop). Kept for peers that do not serve ReplicateStream
+	// (before API v1.1) and for --replicate-stream=false.
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
+	// ReplicateStream (API v1.1) carries the same batches and answers as Replicate
+	// over one long-lived stream per peer connection: a sender keeps several batches
+	// in flight on it (one per worker) and pays no per-call headers, trailers or
+	// stream setup. Each request's seq comes back on its answer; answers may arrive
+	// in any order. The receiver sends its header metadata at once, with
+	// "fanout-max-recv-bytes": the largest request message it accepts, so a sender
+	// splits a batch before sending it instead of losing the stream to gRPC's size
+	// refusal. A failed batch is answered with its code and message, as the unary
+	// call would end; the stream stays open. An answer with seq 0 and a code is the
+	// receiver closing the stream (it is shutting down): the sender stops sending on
+	// it and opens another for its next batch. A sender that finds the method
+	// UNIMPLEMENTED (an older peer) falls back to Replicate.
+	ReplicateStream(grpc.BidiStreamingServer[ReplicateStreamRequest, ReplicateStreamResponse]) error
 	// Digest returns the hashes of the children of the given tree nodes.
 	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
 	// Pull compares the caller's stamps of some leaves with the receiver's entries of
@@ -132,6 +190,9 @@ type UnimplementedPeerServiceServer struct{}
 
 func (UnimplementedPeerServiceServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedPeerServiceServer) ReplicateStream(grpc.BidiStreamingServer[ReplicateStreamRequest, ReplicateStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReplicateStream not implemented")
 }
 func (UnimplementedPeerServiceServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Digest not implemented")
@@ -180,6 +241,13 @@ func _PeerService_Replicate_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _PeerService_ReplicateStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServiceServer).ReplicateStream(&grpc.GenericServerStream[ReplicateStreamRequest, ReplicateStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_ReplicateStreamServer = grpc.BidiStreamingServer[ReplicateStreamRequest, ReplicateStreamResponse]
 
 func _PeerService_Digest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DigestRequest)
@@ -249,6 +317,12 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ReplicateStream",
+			Handler:       _PeerService_ReplicateStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Pull",
 			Handler:       _PeerService_Pull_Handler,

@@ -1,0 +1,143 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/peers"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestReplicateStreamServes: the receiver says its limit in the header; each batch is
+// answered under its seq as Replicate would answer it, a batch that fails validation
+// with its status (naming the field) while the stream goes on, and what the batches
+// carried is stored. Bytes that are no ReplicateStreamRequest end the stream.
+func TestReplicateStreamServes(t *testing.T) {
+	tn := startTestNode(t, testConfig("r"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := tn.peer.ReplicateStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := stream.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := md.Get(peers.MaxRecvBytesHeader); len(got) != 1 || got[0] != strconv.Itoa(tn.node.cfg.PeerMessageBytes()) {
+		t.Fatalf("header %s = %v, want %d", peers.MaxRecvBytesHeader, got, tn.node.cfg.PeerMessageBytes())
+	}
+	reqs := []*fanoutv1.ReplicateStreamRequest{
+		{Seq: 1, Batch: &fanoutv1.ReplicateRequest{OriginNode: "o", Events: []*fanoutv1.Event{{TaskId: "a", Version: 1}, {TaskId: "b", Version: 1}}}},
+		{Seq: 2, Batch: &fanoutv1.ReplicateRequest{Events: []*fanoutv1.Event{{TaskId: "c", Version: 1}}}}, // no origin
+		{Seq: 7, Batch: &fanoutv1.ReplicateRequest{OriginNode: "o", Events: []*fanoutv1.Event{{TaskId: "a", Version: 1}, {TaskId: "d", Version: 2}}}},
+	}
+	for _, r := range reqs {
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []struct {
+		seq      uint64
+		code     codes.Code
+		statuses []fanoutv1.ItemStatus
+	}{
+		{1, codes.OK, []fanoutv1.ItemStatus{fanoutv1.ItemStatus_ITEM_STATUS_OK, fanoutv1.ItemStatus_ITEM_STATUS_OK}},
+		{2, codes.InvalidArgument, nil},
+		{7, codes.OK, []fanoutv1.ItemStatus{fanoutv1.ItemStatus_ITEM_STATUS_STALE, fanoutv1.ItemStatus_ITEM_STATUS_OK}},
+	}
+	for _, w := range want {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Seq != w.seq || codes.Code(m.Code) != w.code {
+			t.Fatalf("answer %v, want seq %d code %v", m, w.seq, w.code)
+		}
+		if w.code == codes.InvalidArgument && !strings.Contains(m.Message, "origin_node") {
+			t.Errorf("answer %v does not name origin_node", m)
+		}
+		if w.code == codes.OK {
+			got := m.GetResult().GetStatuses()
+			if len(got) != len(w.statuses) || m.Result.NodeId != "r" || m.Result.Incarnation == 0 {
+				t.Fatalf("answer %v, want statuses %v from r", m, w.statuses)
+			}
+			for i := range got {
+				if got[i] != w.statuses[i] {
+					t.Fatalf("answer %v, want statuses %v", m, w.statuses)
+				}
+			}
+		}
+	}
+	for _, k := range []string{"a", "b", "d"} {
+		if _, ok := tn.node.table.Get([]byte(k)); !ok {
+			t.Errorf("%s not stored", k)
+		}
+	}
+	if _, ok := tn.node.table.Get([]byte("c")); ok {
+		t.Error("c, of the refused batch, was stored")
+	}
+	// Not a ReplicateStreamRequest: the stream ends, INVALID_ARGUMENT.
+	if err := stream.SendMsg(&peers.Frame{B: []byte("\x0a\xff")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("garbage on the stream → %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// TestReplicateStreamClosingNode: a closing node tells the sender to close the stream
+// (seq 0, UNAVAILABLE), and the stream then ends; a draining node answers batches and
+// new streams UNAVAILABLE.
+func TestReplicateStreamClosingNode(t *testing.T) {
+	tn := startTestNode(t, testConfig("r"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := tn.peer.ReplicateStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := func(seq uint64) *fanoutv1.ReplicateStreamRequest {
+		return &fanoutv1.ReplicateStreamRequest{Seq: seq, Batch: &fanoutv1.ReplicateRequest{OriginNode: "o", Events: []*fanoutv1.Event{{TaskId: "a", Version: seq}}}}
+	}
+	if err := stream.Send(one(1)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.Code != 0 {
+		t.Fatalf("first answer %v, %v", m, err)
+	}
+	if _, err := tn.node.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(one(2)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.Seq != 2 || codes.Code(m.Code) != codes.Unavailable {
+		t.Fatalf("batch to a draining node: %v, %v; want UNAVAILABLE", m, err)
+	}
+	other, err := tn.peer.ReplicateStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("new stream to a draining node: %v, want UNAVAILABLE", err)
+	}
+	tn.node.Close()
+	m, err := stream.Recv()
+	if err != nil || m.Seq != 0 || codes.Code(m.Code) != codes.Unavailable {
+		t.Fatalf("at close: %v, %v; want seq 0 UNAVAILABLE", m, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v, want the stream ended (EOF)", err)
+	}
+}

@@ -1,0 +1,235 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// MaxRecvBytesHeader is the header metadata key in which a ReplicateStream's receiver
+// says the largest request message it accepts (peer.proto).
+const MaxRecvBytesHeader = "fanout-max-recv-bytes"
+
+// unaryFor is how long a Conn sends unary Replicate calls after its peer answered
+// ReplicateStream UNIMPLEMENTED (a sidecar from before API v1.1) before it tries a
+// stream again: a rolling upgrade replaces the peer within minutes, and one refused
+// stream a minute costs nothing.
+const unaryFor = time.Minute
+
+// replStream is one ReplicateStream: the batches of every worker of a link travel on
+// it, each under its own seq, and a reader goroutine hands each answer to the batch
+// waiting for it. The window, how many batches are in flight at once, is the number
+// of callers: a link's batcher workers, one batch each.
+//
+// Invariants: err is set once and never cleared, and from then on no batch is added
+// to waiters; every waiter gets exactly one answer (its own, or err); cs is written
+// before ready is closed and only read after.
+type replStream struct {
+	conn   *Conn
+	ctx    context.Context // the stream's lifetime: canceled by fail and by Conn.Close
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once the stream is open, or failed to open
+	cs     fanoutv1.PeerService_ReplicateStreamClient
+	// maxSend is the largest request sent: this connection's limit, lowered to the
+	// peer's once its header says it (a batch sent before that and over the peer's
+	// limit ends the stream with gRPC's size refusal: ErrTooLarge for what was in
+	// flight, which the batcher splits).
+	maxSend atomic.Int64
+	sendSem chan struct{} // one SendMsg at a time (gRPC streams allow one sender)
+
+	mu      sync.Mutex
+	seq     uint64                  // the last seq given out; guarded by mu
+	waiters map[uint64]chan *answer // batches sent, not yet answered; guarded by mu
+	err     error                   // why the stream ended; guarded by mu
+}
+
+type answer struct {
+	resp *fanoutv1.ReplicateResponse
+	err  error // a status error: the batch's own, or the stream's
+}
+
+// newStream starts opening a stream; its goroutine belongs to c (Close waits for it).
+func (c *Conn) newStream() *replStream {
+	ctx, cancel := context.WithCancel(c.ctx)
+	s := &replStream{conn: c, ctx: ctx, cancel: cancel, ready: make(chan struct{}),
+		sendSem: make(chan struct{}, 1), waiters: make(map[uint64]chan *answer)}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		s.run()
+	}()
+	return s
+}
+
+// run opens the stream, reads the receiver's limit from its header, then reads
+// answers until the stream ends. It does not wait for the header before the first
+// batch is sent: a receiver need not send it before it has a request.
+func (s *replStream) run() {
+	defer s.cancel()
+	s.maxSend.Store(int64(s.conn.max))
+	cs, err := s.conn.client.ReplicateStream(s.ctx)
+	if err != nil {
+		s.fail(err) // before ready: a batch that finds ready closed finds err or cs
+		close(s.ready)
+		return
+	}
+	s.cs = cs
+	close(s.ready)
+	md, err := cs.Header()
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	if v := md.Get(MaxRecvBytesHeader); len(v) > 0 { // none: an older or other receiver
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n > 0 {
+			s.maxSend.Store(min(int64(s.conn.max), n))
+		}
+	}
+	for {
+		m, err := s.cs.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) { // the receiver ended the stream without a status
+				err = status.Error(codes.Unavailable, "the peer closed the replicate stream")
+			}
+			s.fail(err)
+			return
+		}
+		if m.GetSeq() == 0 {
+			if m.GetCode() != 0 { // the receiver is closing the stream
+				s.fail(status.Error(codes.Code(m.GetCode()), m.GetMessage()))
+				return
+			}
+			continue
+		}
+		s.mu.Lock()
+		ch := s.waiters[m.GetSeq()]
+		delete(s.waiters, m.GetSeq())
+		s.mu.Unlock()
+		if ch == nil {
+			continue // not a seq sent on this stream: ignored
+		}
+		if c := codes.Code(m.GetCode()); c != codes.OK {
+			ch <- &answer{err: status.Error(c, m.GetMessage())}
+		} else {
+			ch <- &answer{resp: m.GetResult()}
+		}
+	}
+}
+
+// fail ends the stream with err (the first error wins) and answers every batch in
+// flight with it.
+func (s *replStream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	err = s.err
+	waiters := s.waiters
+	s.waiters = nil
+	s.mu.Unlock()
+	s.cancel()
+	for _, ch := range waiters {
+		ch <- &answer{err: err}
+	}
+}
+
+func (s *replStream) broken() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil
+}
+
+// do sends one batch and waits for its answer. A batch whose ctx ends first ends the
+// stream (its other batches are answered with the same error): the next batch opens
+// a fresh stream, as the next unary call would start afresh. The error is a status
+// error or a context error, unclassified.
+func (s *replStream) do(ctx context.Context, f *Frame) (*fanoutv1.ReplicateResponse, error) {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		s.fail(ctx.Err()) // an open that outlasts a batch's deadline: start over
+		return nil, ctx.Err()
+	}
+	ch := make(chan *answer, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.seq++
+	seq := s.seq
+	if size, limit := wire.ReplicateStreamHeadSize(seq, len(f.B))+len(f.B), s.maxSend.Load(); int64(size) > limit {
+		s.mu.Unlock()
+		// As gRPC says it when it refuses to send a message: ErrTooLarge (Classify).
+		return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", size, limit)
+	}
+	s.waiters[seq] = ch
+	s.mu.Unlock()
+
+	select {
+	case s.sendSem <- struct{}{}:
+	case a := <-ch: // the stream ended while this batch waited to be sent
+		return a.resp, a.err
+	case <-ctx.Done():
+		s.fail(ctx.Err())
+		return nil, ctx.Err()
+	}
+	err := s.cs.SendMsg(&streamFrame{seq: seq, batch: f.B})
+	<-s.sendSem
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.fail(err) // gRPC ended the stream for an error of this send
+	} // io.EOF: the stream has ended; the reader gets its status and answers
+	select {
+	case a := <-ch:
+		return a.resp, a.err
+	case <-ctx.Done():
+		s.fail(ctx.Err())
+		return nil, ctx.Err()
+	}
+}
+
+// streamFrame is a ReplicateStreamRequest whose batch is an encoded ReplicateRequest:
+// the codec writes the head and the batch into one pooled buffer.
+type streamFrame struct {
+	seq   uint64
+	batch []byte
+}
+
+// stream returns the stream to send on, opening one if there is none or the last one
+// ended; nil when batches go as unary calls.
+func (c *Conn) stream() *replStream {
+	if c.unary {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || time.Now().Before(c.unaryUntil) {
+		return nil
+	}
+	if c.st == nil || c.st.broken() {
+		c.st = c.newStream()
+	}
+	return c.st
+}
+
+// fallBack makes c send unary calls for unaryFor: its peer has no ReplicateStream.
+func (c *Conn) fallBack() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unaryUntil = time.Now().Add(unaryFor)
+}
+
+// errUnimplemented reports whether err is the peer refusing ReplicateStream.
+func errUnimplemented(err error) bool {
+	return status.Code(err) == codes.Unimplemented
+}

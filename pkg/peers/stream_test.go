@@ -1,0 +1,400 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// streamPeer serves ReplicateStream: each batch is answered by answer, on a goroutine
+// of its own after a random delay of up to 2 ms, so that answers come back out of
+// order. A nil answer (and nil error) is never answered. maxRecv, when set, is sent
+// as the receiver's limit.
+type streamPeer struct {
+	fanoutv1.UnimplementedPeerServiceServer
+	maxRecv int
+	answer  func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
+	streams atomic.Int32  // opened
+	batches atomic.Int32  // received
+	goodbye chan struct{} // a value sends seq 0 with UNAVAILABLE on the open streams
+	unary   atomic.Int32  // unary Replicate calls
+}
+
+func (p *streamPeer) Replicate(_ context.Context, r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	p.unary.Add(1)
+	return p.answer(r)
+}
+
+func (p *streamPeer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStreamServer) error {
+	p.streams.Add(1)
+	if p.maxRecv > 0 {
+		if err := stream.SendHeader(metadata.Pairs(MaxRecvBytesHeader, strconv.Itoa(p.maxRecv))); err != nil {
+			return err
+		}
+	}
+	var mu sync.Mutex
+	send := func(m *fanoutv1.ReplicateStreamResponse) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = stream.Send(m)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	done := make(chan struct{})
+	defer close(done)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-p.goodbye:
+			send(&fanoutv1.ReplicateStreamResponse{Code: uint32(codes.Unavailable), Message: "shutting down"})
+		case <-done:
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		p.batches.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+			resp, err := p.answer(req.Batch)
+			switch {
+			case err != nil:
+				s := status.Convert(err)
+				send(&fanoutv1.ReplicateStreamResponse{Seq: req.Seq, Code: uint32(s.Code()), Message: s.Message()})
+			case resp != nil:
+				send(&fanoutv1.ReplicateStreamResponse{Seq: req.Seq, Result: resp})
+			}
+		}()
+	}
+}
+
+// serve starts p on loopback with the sidecar's server options; it stops with the test.
+func (p *streamPeer) serve(t *testing.T) (string, *grpc.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(ServerOptions()...)
+	fanoutv1.RegisterPeerServiceServer(srv, p)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), srv
+}
+
+// okAnswer answers every event OK, with the batch's origin as node id (so that a test
+// can tell whose answer a batch got).
+func okAnswer(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	st := make([]fanoutv1.ItemStatus, len(r.Events))
+	for i := range st {
+		st[i] = fanoutv1.ItemStatus_ITEM_STATUS_OK
+	}
+	return &fanoutv1.ReplicateResponse{NodeId: r.OriginNode, Statuses: st}, nil
+}
+
+func batch(origin string, events int, payload int) *fanoutv1.ReplicateRequest {
+	r := &fanoutv1.ReplicateRequest{OriginNode: origin}
+	for i := range events {
+		r.Events = append(r.Events, &fanoutv1.Event{TaskId: fmt.Sprint(i), Version: 1, Payload: make([]byte, payload)})
+	}
+	return r
+}
+
+func dialT(t *testing.T, addr string, opts Options) *Conn {
+	t.Helper()
+	c, err := Dial(addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestStreamWindow: batches from 8 goroutines at once share one stream, answered out
+// of order, and each gets its own answer.
+func TestStreamWindow(t *testing.T) {
+	p := &streamPeer{answer: okAnswer}
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*50)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				origin := fmt.Sprintf("w%d-%d", w, i)
+				resp, err := c.Replicate(ctx, batch(origin, 1+i%5, 10))
+				if err != nil || resp.NodeId != origin || len(resp.Statuses) != 1+i%5 {
+					errs <- fmt.Errorf("batch %s: answer %v, %v", origin, resp, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := p.streams.Load(); n != 1 {
+		t.Errorf("%d streams opened for 400 batches, want 1", n)
+	}
+	if n := p.unary.Load(); n != 0 {
+		t.Errorf("%d unary calls", n)
+	}
+}
+
+// TestStreamBatchErrors: a batch answered with a status is classified as the unary
+// call's status would be, and the stream goes on.
+func TestStreamBatchErrors(t *testing.T) {
+	p := &streamPeer{answer: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		switch r.OriginNode {
+		case "busy":
+			return nil, status.Error(codes.ResourceExhausted, "busy")
+		case "bad":
+			return nil, status.Error(codes.InvalidArgument, "origin_node: empty")
+		case "down":
+			return nil, status.Error(codes.Unavailable, "draining")
+		case "short":
+			return &fanoutv1.ReplicateResponse{}, nil
+		}
+		return okAnswer(r)
+	}}
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		origin string
+		want   error
+	}{{"busy", ErrCongestion}, {"bad", ErrPermanent}, {"down", ErrNetwork}, {"short", ErrPermanent}, {"x", nil}} {
+		_, err := c.Replicate(ctx, batch(tc.origin, 2, 1))
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s → %v, want %v", tc.origin, err, tc.want)
+		}
+	}
+	if n := p.streams.Load(); n != 1 {
+		t.Errorf("%d streams opened, want 1: a batch's error does not end the stream", n)
+	}
+}
+
+// TestStreamTooLarge: a batch over the receiver's advertised limit, or this
+// connection's own, is refused before it is sent (ErrTooLarge, never congestion), and
+// the stream stays open for the next.
+func TestStreamTooLarge(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		advertised    int
+		connectionMax int
+	}{{"over the peer's limit", 4096, 0}, {"over this connection's limit", 0, 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &streamPeer{answer: okAnswer, maxRecv: tc.advertised}
+			addr, _ := p.serve(t)
+			c := dialT(t, addr, Options{MaxMessageBytes: tc.connectionMax})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.Replicate(ctx, batch("x", 1, 8192))
+			if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrCongestion) {
+				t.Fatalf("8 KiB batch, 4 KiB limit → %v, want too large", err)
+			}
+			if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+				t.Fatalf("a small batch after it → %v", err)
+			}
+			if s, b := p.streams.Load(), p.batches.Load(); s != 1 || b != 2 {
+				t.Errorf("%d streams, %d batches received; want 1 and 2 (the big one never sent)", s, b)
+			}
+		})
+	}
+}
+
+// TestStreamTimeout: a batch the peer never answers fails as congestion when its
+// deadline passes, and the next batch goes on a fresh stream.
+func TestStreamTimeout(t *testing.T) {
+	p := &streamPeer{answer: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		if r.OriginNode == "hang" {
+			return nil, nil // never answered
+		}
+		return okAnswer(r)
+	}}
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Replicate(ctx, batch("hang", 1, 1)); !errors.Is(err, ErrCongestion) {
+		t.Fatalf("unanswered batch → %v, want congestion", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if _, err := c.Replicate(ctx2, batch("x", 1, 1)); err != nil {
+		t.Fatalf("the next batch → %v", err)
+	}
+	if n := p.streams.Load(); n != 2 {
+		t.Errorf("%d streams opened, want 2", n)
+	}
+}
+
+// TestStreamGoodbye: the receiver closing the stream (seq 0, UNAVAILABLE) fails the
+// batches in flight as network failures; the next batch opens another stream.
+func TestStreamGoodbye(t *testing.T) {
+	release := make(chan struct{})
+	p := &streamPeer{goodbye: make(chan struct{}, 1), answer: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		if r.OriginNode == "wait" {
+			<-release
+		}
+		return okAnswer(r)
+	}}
+	defer close(release)
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	failed := make(chan error, 1)
+	go func() {
+		_, err := c.Replicate(ctx, batch("wait", 1, 1))
+		failed <- err
+	}()
+	for p.batches.Load() == 0 {
+		time.Sleep(time.Millisecond) // polling for the batch to arrive
+	}
+	p.goodbye <- struct{}{}
+	if err := <-failed; !errors.Is(err, ErrNetwork) {
+		t.Fatalf("batch in flight at goodbye → %v, want network failure", err)
+	}
+	if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+		t.Fatalf("the next batch → %v", err)
+	}
+	if n := p.streams.Load(); n != 2 {
+		t.Errorf("%d streams opened, want 2", n)
+	}
+}
+
+// TestStreamPeerGone: batches in flight when the peer stops fail as network failures,
+// as do the next ones while it is down; once it is back, a new stream carries them.
+func TestStreamPeerGone(t *testing.T) {
+	block := make(chan struct{})
+	p := &streamPeer{answer: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		if r.OriginNode == "wait" {
+			<-block
+		}
+		return okAnswer(r)
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	srv := grpc.NewServer(ServerOptions()...)
+	fanoutv1.RegisterPeerServiceServer(srv, p)
+	go srv.Serve(lis)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	failed := make(chan error, 1)
+	go func() {
+		_, err := c.Replicate(ctx, batch("wait", 1, 1))
+		failed <- err
+	}()
+	for p.batches.Load() == 0 {
+		time.Sleep(time.Millisecond) // polling for the batch to arrive
+	}
+	close(block)
+	srv.Stop()
+	if err := <-failed; err != nil && !errors.Is(err, ErrNetwork) {
+		t.Fatalf("batch in flight when the peer stopped → %v, want network failure (or its answer)", err)
+	}
+	if _, err := c.Replicate(ctx, batch("x", 1, 1)); !errors.Is(err, ErrNetwork) {
+		t.Fatalf("peer down → %v, want network failure", err)
+	}
+	lis2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	srv2 := grpc.NewServer(ServerOptions()...)
+	fanoutv1.RegisterPeerServiceServer(srv2, p)
+	go srv2.Serve(lis2)
+	defer srv2.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := c.Replicate(ctx, batch("x", 1, 1))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNetwork) || time.Now().After(deadline) {
+			t.Fatalf("peer back → %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // gRPC reconnects with backoff
+	}
+}
+
+// TestStreamFallsBackToUnary: a peer without ReplicateStream (before API v1.1) is sent
+// unary calls, from the first batch on, and no stream is tried again for a while.
+func TestStreamFallsBackToUnary(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	srv := grpc.NewServer()
+	fanoutv1.RegisterPeerServiceServer(srv, peerFunc{f: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		calls.Add(1)
+		return okAnswer(r)
+	}})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	c := dialT(t, lis.Addr().String(), Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+			t.Fatalf("batch %d → %v", i, err)
+		}
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d unary calls for 3 batches", n)
+	}
+	c.mu.Lock()
+	until := c.unaryUntil
+	c.mu.Unlock()
+	if time.Until(until) < unaryFor-10*time.Second {
+		t.Fatalf("unary until %v: the stream would be tried again too soon", until)
+	}
+}
+
+// TestStreamUnaryOption: with Options.Unary, batches go as unary calls to a peer that
+// has the stream too.
+func TestStreamUnaryOption(t *testing.T) {
+	p := &streamPeer{answer: okAnswer}
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{Unary: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if s, u := p.streams.Load(), p.unary.Load(); s != 0 || u != 1 {
+		t.Fatalf("%d streams, %d unary calls; want 0 and 1", s, u)
+	}
+}
