@@ -17,7 +17,15 @@ import (
 // batches go as unary Replicate calls instead of on a ReplicateStream.
 func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan struct{}, func()) {
 	b.Helper()
+	// Every event has its own key, and b.N passed a million (the default
+	// --state-max-keys) at 2 s of -benchtime: a full table refuses new keys, and the
+	// benchmark waited forever for events never sent. Both tables get room for 8M.
+	roomy := func(cfg *Config) {
+		cfg.State.MaxKeys = 8 << 20
+		cfg.State.MaxBytes = 4 << 30
+	}
 	recvCfg := testConfig("b")
+	roomy(&recvCfg)
 	nb, err := New(recvCfg)
 	if err != nil {
 		b.Fatal(err)
@@ -33,6 +41,7 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 	sendCfg := testConfig("a", lis.Addr().String())
 	sendCfg.Batcher.Workers = workers
 	sendCfg.Batcher.MaxBuffer = 100_000
+	roomy(&sendCfg)
 	sendCfg.Dial = func(addr string) (Replicator, error) {
 		return peers.Dial(addr, peers.Options{MaxMessageBytes: 64 << 20, Unary: unary})
 	}
@@ -100,8 +109,14 @@ func BenchmarkPipeline(b *testing.B) {
 							window <- struct{}{}
 							req.Events[k] = &fanoutv1.Event{TaskId: fmt.Sprintf("t-%d", i+k), Payload: payload}
 						}
-						if _, err := na.Submit(context.Background(), req); err != nil {
+						resp, err := na.Submit(context.Background(), req)
+						if err != nil {
 							panic(err)
+						}
+						for _, r := range resp.Results {
+							if r.Outcome != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED {
+								panic(fmt.Sprintf("an event was not accepted, the benchmark would wait for it forever: %v", r))
+							}
 						}
 					}
 				}()
