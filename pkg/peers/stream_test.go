@@ -110,6 +110,31 @@ func okAnswer(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
 	return &fanoutv1.ReplicateResponse{NodeId: r.OriginNode, Statuses: st}, nil
 }
 
+// okAfter answers like okAnswer, except that a batch from origin "wait" is answered
+// only once release is closed.
+func okAfter(release <-chan struct{}) func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	return func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		if r.OriginNode == "wait" {
+			<-release
+		}
+		return okAnswer(r)
+	}
+}
+
+// inFlight sends a batch from origin "wait" on c and returns once p has it; its
+// error arrives on the channel.
+func (p *streamPeer) inFlight(ctx context.Context, c *Conn) <-chan error {
+	failed := make(chan error, 1)
+	go func() {
+		_, err := c.Replicate(ctx, batch("wait", 1, 1))
+		failed <- err
+	}()
+	for p.batches.Load() == 0 {
+		time.Sleep(time.Millisecond) // polling for the batch to arrive
+	}
+	return failed
+}
+
 func batch(origin string, events int, payload int) *fanoutv1.ReplicateRequest {
 	r := &fanoutv1.ReplicateRequest{OriginNode: origin}
 	for i := range events {
@@ -260,25 +285,13 @@ func TestStreamTimeout(t *testing.T) {
 // batches in flight as network failures; the next batch opens another stream.
 func TestStreamGoodbye(t *testing.T) {
 	release := make(chan struct{})
-	p := &streamPeer{goodbye: make(chan struct{}, 1), answer: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-		if r.OriginNode == "wait" {
-			<-release
-		}
-		return okAnswer(r)
-	}}
+	p := &streamPeer{goodbye: make(chan struct{}, 1), answer: okAfter(release)}
 	defer close(release)
 	addr, _ := p.serve(t)
 	c := dialT(t, addr, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	failed := make(chan error, 1)
-	go func() {
-		_, err := c.Replicate(ctx, batch("wait", 1, 1))
-		failed <- err
-	}()
-	for p.batches.Load() == 0 {
-		time.Sleep(time.Millisecond) // polling for the batch to arrive
-	}
+	failed := p.inFlight(ctx, c)
 	p.goodbye <- struct{}{}
 	if err := <-failed; !errors.Is(err, ErrNetwork) {
 		t.Fatalf("batch in flight at goodbye → %v, want network failure", err)
@@ -295,12 +308,7 @@ func TestStreamGoodbye(t *testing.T) {
 // as do the next ones while it is down; once it is back, a new stream carries them.
 func TestStreamPeerGone(t *testing.T) {
 	block := make(chan struct{})
-	p := &streamPeer{answer: func(r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-		if r.OriginNode == "wait" {
-			<-block
-		}
-		return okAnswer(r)
-	}}
+	p := &streamPeer{answer: okAfter(block)}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -312,14 +320,7 @@ func TestStreamPeerGone(t *testing.T) {
 	c := dialT(t, addr, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	failed := make(chan error, 1)
-	go func() {
-		_, err := c.Replicate(ctx, batch("wait", 1, 1))
-		failed <- err
-	}()
-	for p.batches.Load() == 0 {
-		time.Sleep(time.Millisecond) // polling for the batch to arrive
-	}
+	failed := p.inFlight(ctx, c)
 	close(block)
 	srv.Stop()
 	if err := <-failed; err != nil && !errors.Is(err, ErrNetwork) {
