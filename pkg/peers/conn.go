@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -66,6 +67,10 @@ type Conn struct {
 	client fanoutv1.PeerServiceClient
 	max    int  // MaxMessageBytes
 	unary  bool // Options.Unary
+	// peerMax is the largest message the peer takes, as it last said it (a stream's
+	// header, or a refusal); 0: not known. Kept across streams, so that a new stream
+	// does not send what the peer refused on the last one.
+	peerMax atomic.Int64
 
 	ctx    context.Context // the streams' parent; canceled by Close
 	cancel context.CancelFunc

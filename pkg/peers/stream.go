@@ -3,10 +3,11 @@ package peers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -34,22 +35,22 @@ const unaryFor = time.Minute
 // to waiters; every waiter gets exactly one answer (its own, or err); cs is written
 // before ready is closed and only read after.
 type replStream struct {
-	conn   *Conn
-	ctx    context.Context // the stream's lifetime: canceled by fail and by Conn.Close
-	cancel context.CancelFunc
-	ready  chan struct{} // closed once the stream is open, or failed to open
-	cs     fanoutv1.PeerService_ReplicateStreamClient
-	// maxSend is the largest request sent: this connection's limit, lowered to the
-	// peer's once its header says it (a batch sent before that and over the peer's
-	// limit ends the stream with gRPC's size refusal: ErrTooLarge for what was in
-	// flight, which the batcher splits).
-	maxSend atomic.Int64
+	conn    *Conn
+	ctx     context.Context // the stream's lifetime: canceled by fail and by Conn.Close
+	cancel  context.CancelFunc
+	ready   chan struct{} // closed once the stream is open, or failed to open
+	cs      fanoutv1.PeerService_ReplicateStreamClient
 	sendSem chan struct{} // one SendMsg at a time (gRPC streams allow one sender)
 
 	mu      sync.Mutex
-	seq     uint64                  // the last seq given out; guarded by mu
-	waiters map[uint64]chan *answer // batches sent, not yet answered; guarded by mu
-	err     error                   // why the stream ended; guarded by mu
+	seq     uint64            // the last seq given out; guarded by mu
+	waiters map[uint64]waiter // batches sent, not yet answered; guarded by mu
+	err     error             // why the stream ended; guarded by mu
+}
+
+type waiter struct {
+	ch   chan *answer
+	size int // of the message sent: tells the batch the peer refused as too large
 }
 
 type answer struct {
@@ -61,7 +62,7 @@ type answer struct {
 func (c *Conn) newStream() *replStream {
 	ctx, cancel := context.WithCancel(c.ctx)
 	s := &replStream{conn: c, ctx: ctx, cancel: cancel, ready: make(chan struct{}),
-		sendSem: make(chan struct{}, 1), waiters: make(map[uint64]chan *answer)}
+		sendSem: make(chan struct{}, 1), waiters: make(map[uint64]waiter)}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -75,7 +76,6 @@ func (c *Conn) newStream() *replStream {
 // batch is sent: a receiver need not send it before it has a request.
 func (s *replStream) run() {
 	defer s.cancel()
-	s.maxSend.Store(int64(s.conn.max))
 	cs, err := s.conn.client.ReplicateStream(s.ctx)
 	if err != nil {
 		s.fail(err) // before ready: a batch that finds ready closed finds err or cs
@@ -91,7 +91,7 @@ func (s *replStream) run() {
 	}
 	if v := md.Get(MaxRecvBytesHeader); len(v) > 0 { // none: an older or other receiver
 		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n > 0 {
-			s.maxSend.Store(min(int64(s.conn.max), n))
+			s.conn.peerMax.Store(n)
 		}
 	}
 	for {
@@ -111,10 +111,11 @@ func (s *replStream) run() {
 			continue
 		}
 		s.mu.Lock()
-		ch := s.waiters[m.GetSeq()]
+		w, ok := s.waiters[m.GetSeq()]
 		delete(s.waiters, m.GetSeq())
 		s.mu.Unlock()
-		if ch == nil {
+		ch := w.ch
+		if !ok {
 			continue // not a seq sent on this stream: ignored
 		}
 		if c := codes.Code(m.GetCode()); c != codes.OK {
@@ -137,8 +138,20 @@ func (s *replStream) fail(err error) {
 	s.waiters = nil
 	s.mu.Unlock()
 	s.cancel()
-	for _, ch := range waiters {
-		ch <- &answer{err: err}
+	// The peer refused one message as too large, which ends the whole stream: that
+	// batch gets the refusal (the batcher splits it, or drops an event alone); the
+	// others were fine and are sent again after the congestion pause, which does
+	// not count against the breaker. The limit the refusal names holds from now on.
+	size, limit, refused := refusedSize(err)
+	if refused {
+		s.conn.peerMax.Store(int64(limit))
+	}
+	for _, w := range waiters {
+		if refused && w.size != size {
+			w.ch <- &answer{err: errInnocent}
+			continue
+		}
+		w.ch <- &answer{err: err}
 	}
 }
 
@@ -168,12 +181,13 @@ func (s *replStream) do(ctx context.Context, f *Frame) (*fanoutv1.ReplicateRespo
 	}
 	s.seq++
 	seq := s.seq
-	if size, limit := wire.ReplicateStreamHeadSize(seq, len(f.B))+len(f.B), s.maxSend.Load(); int64(size) > limit {
+	size := wire.ReplicateStreamHeadSize(seq, len(f.B)) + len(f.B)
+	if limit := s.conn.sendLimit(); int64(size) > limit {
 		s.mu.Unlock()
 		// As gRPC says it when it refuses to send a message: ErrTooLarge (Classify).
 		return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", size, limit)
 	}
-	s.waiters[seq] = ch
+	s.waiters[seq] = waiter{ch: ch, size: size}
 	s.mu.Unlock()
 
 	select {
@@ -232,4 +246,36 @@ func (c *Conn) fallBack() {
 // errUnimplemented reports whether err is the peer refusing ReplicateStream.
 func errUnimplemented(err error) bool {
 	return status.Code(err) == codes.Unimplemented
+}
+
+// errInnocent answers a batch in flight on a stream that another batch's size
+// refusal ended: RESOURCE_EXHAUSTED without gRPC's "larger than max", so congestion.
+var errInnocent = status.Error(codes.ResourceExhausted, "the replicate stream ended because another batch on it was too large for the peer; sent again")
+
+// refusedSize reads gRPC's "received message larger than max (N vs. M)", the
+// receiver refusing a message of N bytes for its limit M.
+func refusedSize(err error) (size, limit int, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || st.Code() != codes.ResourceExhausted {
+		return 0, 0, false
+	}
+	msg := st.Message()
+	i := strings.Index(msg, "received message larger than max (")
+	if i < 0 {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(msg[i+len("received message larger than max ("):], "%d vs. %d)", &size, &limit); err != nil || limit <= 0 {
+		return 0, 0, false
+	}
+	return size, limit, true
+}
+
+// sendLimit is the largest message sent to the peer: this connection's limit, and
+// the peer's once known (from a stream's header, or from a refusal).
+func (c *Conn) sendLimit() int64 {
+	limit := int64(c.max)
+	if p := c.peerMax.Load(); p > 0 {
+		limit = min(limit, p)
+	}
+	return limit
 }

@@ -31,6 +31,7 @@ type streamPeer struct {
 	batches atomic.Int32  // received
 	goodbye chan struct{} // a value sends seq 0 with UNAVAILABLE on the open streams
 	unary   atomic.Int32  // unary Replicate calls
+	opts    []grpc.ServerOption
 }
 
 func (p *streamPeer) Replicate(_ context.Context, r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
@@ -93,7 +94,7 @@ func (p *streamPeer) serve(t *testing.T) (string, *grpc.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(ServerOptions()...)
+	srv := grpc.NewServer(append(ServerOptions(), p.opts...)...)
 	fanoutv1.RegisterPeerServiceServer(srv, p)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
@@ -397,5 +398,40 @@ func TestStreamUnaryOption(t *testing.T) {
 	}
 	if s, u := p.streams.Load(), p.unary.Load(); s != 0 || u != 1 {
 		t.Fatalf("%d streams, %d unary calls; want 0 and 1", s, u)
+	}
+}
+
+// TestStreamRefusedBySize: a peer that has not said its limit refuses a batch over it
+// with gRPC's size refusal, which ends the stream. That batch is too large; another
+// batch in flight on the stream is congestion (sent again), never too large; the
+// limit the refusal names holds for the connection's next streams, so the next big
+// batch is refused before it is sent.
+func TestStreamRefusedBySize(t *testing.T) {
+	release := make(chan struct{})
+	p := &streamPeer{answer: okAfter(release), opts: []grpc.ServerOption{grpc.MaxRecvMsgSize(4096)}}
+	defer close(release)
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	innocent := p.inFlight(ctx, c)
+	if _, err := c.Replicate(ctx, batch("x", 1, 8192)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("8 KiB batch to a 4 KiB peer → %v, want too large", err)
+	}
+	if err := <-innocent; !errors.Is(err, ErrCongestion) || errors.Is(err, ErrTooLarge) {
+		t.Fatalf("the small batch in flight beside it → %v, want congestion", err)
+	}
+	if got := c.sendLimit(); got != 4096 {
+		t.Fatalf("send limit %d after the refusal, want the peer's 4096", got)
+	}
+	received := p.batches.Load()
+	if _, err := c.Replicate(ctx, batch("x", 1, 8192)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("the next 8 KiB batch → %v, want too large", err)
+	}
+	if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+		t.Fatalf("a small batch after it → %v", err)
+	}
+	if got := p.batches.Load(); got != received+1 {
+		t.Errorf("%d batches reached the peer after the refusal, want 1 (the big one refused before sending)", got-received)
 	}
 }
