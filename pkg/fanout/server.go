@@ -318,3 +318,9 @@ func toStatus(err error) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 }
+
+// RegisterFanoutServer registers f as fanout.v1.FanoutService on s. s must be made
+// with peers.FrameServerOption (or peers.ServerOptions).
+func RegisterFanoutServer(s grpc.ServiceRegistrar, f *FanoutServer) {
+	fanoutv1.RegisterFanoutServiceServer(s, f)
+}
