@@ -17,6 +17,31 @@ const (
 	ReplicateStreamRequestSeq   protowire.Number = 1 // uint64
 	ReplicateStreamRequestBatch protowire.Number = 2 // ReplicateRequest
 
+	// fanout.v1.SubmitRequest
+	SubmitRequestEvents     protowire.Number = 1 // repeated Event
+	SubmitRequestAck        protowire.Number = 2 // AckPolicy
+	SubmitRequestAckTimeout protowire.Number = 3 // google.protobuf.Duration
+	SubmitRequestRequestID  protowire.Number = 4 // uint64
+
+	// fanout.v1.SubmitResponse
+	SubmitResponseRequestID protowire.Number = 1 // uint64
+	SubmitResponseVersions  protowire.Number = 2 // repeated uint64, packed
+	SubmitResponsePeerAcks  protowire.Number = 3 // repeated PeerAck
+	SubmitResponseSatisfied protowire.Number = 4 // bool
+	SubmitResponseResults   protowire.Number = 5 // repeated EventResult
+
+	// fanout.v1.EventResult
+	EventResultOutcome        protowire.Number = 1 // EventOutcome
+	EventResultRevision       protowire.Number = 2 // uint64
+	EventResultCurrentVersion protowire.Number = 3 // uint64
+	EventResultCurrentOrigin  protowire.Number = 4 // string
+	EventResultDetail         protowire.Number = 5 // string
+
+	// fanout.v1.PeerAck
+	PeerAckPeer   protowire.Number = 1 // string
+	PeerAckState  protowire.Number = 2 // PeerAckState
+	PeerAckDetail protowire.Number = 3 // string
+
 	// fanout.v1.Event
 	EventTaskID     protowire.Number = 1 // string
 	EventPayload    protowire.Number = 2 // bytes

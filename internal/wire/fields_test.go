@@ -36,6 +36,27 @@ var fieldNumbers = []struct {
 	{"ReplicateStreamRequestSeq", "fanout.v1.ReplicateStreamRequest.seq", protowire.VarintType, "uint64"},
 	{"ReplicateStreamRequestBatch", "fanout.v1.ReplicateStreamRequest.batch", protowire.BytesType, "fanout.v1.ReplicateRequest"},
 
+	{"SubmitRequestEvents", "fanout.v1.SubmitRequest.events", protowire.BytesType, "repeated fanout.v1.Event"},
+	{"SubmitRequestAck", "fanout.v1.SubmitRequest.ack", protowire.VarintType, "enum"},
+	{"SubmitRequestAckTimeout", "fanout.v1.SubmitRequest.ack_timeout", protowire.BytesType, "google.protobuf.Duration"},
+	{"SubmitRequestRequestID", "fanout.v1.SubmitRequest.request_id", protowire.VarintType, "uint64"},
+
+	{"SubmitResponseRequestID", "fanout.v1.SubmitResponse.request_id", protowire.VarintType, "uint64"},
+	{"SubmitResponseVersions", "fanout.v1.SubmitResponse.versions", protowire.BytesType, "packed uint64"},
+	{"SubmitResponsePeerAcks", "fanout.v1.SubmitResponse.peer_acks", protowire.BytesType, "repeated fanout.v1.PeerAck"},
+	{"SubmitResponseSatisfied", "fanout.v1.SubmitResponse.satisfied", protowire.VarintType, "bool"},
+	{"SubmitResponseResults", "fanout.v1.SubmitResponse.results", protowire.BytesType, "repeated fanout.v1.EventResult"},
+
+	{"EventResultOutcome", "fanout.v1.EventResult.outcome", protowire.VarintType, "enum"},
+	{"EventResultRevision", "fanout.v1.EventResult.revision", protowire.VarintType, "uint64"},
+	{"EventResultCurrentVersion", "fanout.v1.EventResult.current_version", protowire.VarintType, "uint64"},
+	{"EventResultCurrentOrigin", "fanout.v1.EventResult.current_origin", protowire.BytesType, "string"},
+	{"EventResultDetail", "fanout.v1.EventResult.detail", protowire.BytesType, "string"},
+
+	{"PeerAckPeer", "fanout.v1.PeerAck.peer", protowire.BytesType, "string"},
+	{"PeerAckState", "fanout.v1.PeerAck.state", protowire.VarintType, "enum"},
+	{"PeerAckDetail", "fanout.v1.PeerAck.detail", protowire.BytesType, "string"},
+
 	{"EventTaskID", "fanout.v1.Event.task_id", protowire.BytesType, "string"},
 	{"EventPayload", "fanout.v1.Event.payload", protowire.BytesType, "bytes"},
 	{"EventAttributes", "fanout.v1.Event.attributes", protowire.BytesType, "map<string, string>"},

@@ -1,0 +1,205 @@
+package wire
+
+import "google.golang.org/protobuf/encoding/protowire"
+
+// Submit is a fanout.v1.SubmitRequest read from its bytes by ParseSubmit. Events are
+// the events' bytes as the app encoded them, undecoded.
+type Submit struct {
+	Events [][]byte // alias the request's bytes
+	// Ack is the ack field's varint as read; the AckPolicy protobuf decodes is
+	// int32(Ack), as for any enum.
+	Ack uint64
+	// AckTimeout says whether an ack_timeout field was present; its seconds and nanos
+	// are merged over every ack_timeout field, as their varints read (int64 and int32
+	// in two's complement).
+	AckTimeout                         bool
+	AckTimeoutSeconds, AckTimeoutNanos uint64
+	RequestID                          uint64
+}
+
+// ParseSubmit reads a SubmitRequest into s, appending to its Events, with protobuf's
+// decoding rules: the last of a repeated scalar wins, repeated ack_timeout fields
+// merge, and a known field number with another wire type, like an unknown field, is
+// skipped. It returns ErrMalformed for bytes protobuf would refuse, except inside an
+// event: an event's own bytes are read by ReadEvent. It does not allocate beyond
+// growing s.Events.
+func ParseSubmit(b []byte, s *Submit) error {
+	for len(b) > 0 {
+		num, typ, n := ConsumeTag(b)
+		if n < 0 {
+			return ErrMalformed
+		}
+		b = b[n:]
+		switch {
+		case num == SubmitRequestEvents && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			s.Events, b = append(s.Events, v), b[n:]
+		case num == SubmitRequestAckTimeout && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !ReadSecondsNanos(v, &s.AckTimeoutSeconds, &s.AckTimeoutNanos) {
+				return ErrMalformed
+			}
+			s.AckTimeout, b = true, b[n:]
+		case (num == SubmitRequestAck || num == SubmitRequestRequestID) && typ == protowire.VarintType:
+			x, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			if num == SubmitRequestAck {
+				s.Ack = x
+			} else {
+				s.RequestID = x
+			}
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			b = b[n:]
+		}
+	}
+	return nil
+}
+
+// AppendEventVersion appends a version field to an encoded Event: decoded, the event
+// has that version whatever version field it had before (the last one wins).
+func AppendEventVersion(b []byte, version uint64) []byte {
+	b = protowire.AppendTag(b, EventVersion, protowire.VarintType)
+	return protowire.AppendVarint(b, version)
+}
+
+// EventVersionSize is what AppendEventVersion adds.
+func EventVersionSize(version uint64) int {
+	return protowire.SizeTag(EventVersion) + protowire.SizeVarint(version)
+}
+
+// EventResult is one fanout.v1.EventResult, to write with AppendSubmitResponse.
+type EventResult struct {
+	Outcome                  int32 // an EventOutcome
+	Revision, CurrentVersion uint64
+	CurrentOrigin, Detail    string
+}
+
+// PeerAck is one fanout.v1.PeerAck, to write with AppendSubmitResponse.
+type PeerAck struct {
+	Peer   string
+	State  int32 // a PeerAckState
+	Detail string
+}
+
+// SubmitResponse is a fanout.v1.SubmitResponse to write with AppendSubmitResponse.
+type SubmitResponse struct {
+	RequestID uint64
+	Versions  []uint64
+	PeerAcks  []PeerAck
+	Satisfied bool
+	Results   []EventResult
+}
+
+// AppendSubmitResponse appends r encoded as protobuf's deterministic Marshal encodes
+// the same SubmitResponse: fields in number order, zero values left out
+// (TestAppendSubmitResponse compares the bytes).
+func AppendSubmitResponse(b []byte, r *SubmitResponse) []byte {
+	b = appendUint(b, SubmitResponseRequestID, r.RequestID)
+	if len(r.Versions) > 0 {
+		n := 0
+		for _, v := range r.Versions {
+			n += protowire.SizeVarint(v)
+		}
+		b = protowire.AppendTag(b, SubmitResponseVersions, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
+		for _, v := range r.Versions {
+			b = protowire.AppendVarint(b, v)
+		}
+	}
+	for i := range r.PeerAcks {
+		a := &r.PeerAcks[i]
+		b = protowire.AppendTag(b, SubmitResponsePeerAcks, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(peerAckSize(a)))
+		b = appendString(b, PeerAckPeer, a.Peer)
+		b = appendUint(b, PeerAckState, uint64(int64(a.State)))
+		b = appendString(b, PeerAckDetail, a.Detail)
+	}
+	if r.Satisfied {
+		b = appendUint(b, SubmitResponseSatisfied, 1)
+	}
+	for i := range r.Results {
+		e := &r.Results[i]
+		b = protowire.AppendTag(b, SubmitResponseResults, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(eventResultSize(e)))
+		b = appendUint(b, EventResultOutcome, uint64(int64(e.Outcome)))
+		b = appendUint(b, EventResultRevision, e.Revision)
+		b = appendUint(b, EventResultCurrentVersion, e.CurrentVersion)
+		b = appendString(b, EventResultCurrentOrigin, e.CurrentOrigin)
+		b = appendString(b, EventResultDetail, e.Detail)
+	}
+	return b
+}
+
+// SubmitResponseSize is the length of AppendSubmitResponse's bytes for r.
+func SubmitResponseSize(r *SubmitResponse) int {
+	n := uintSize(SubmitResponseRequestID, r.RequestID)
+	if len(r.Versions) > 0 {
+		k := 0
+		for _, v := range r.Versions {
+			k += protowire.SizeVarint(v)
+		}
+		n += protowire.SizeTag(SubmitResponseVersions) + protowire.SizeBytes(k)
+	}
+	for i := range r.PeerAcks {
+		n += protowire.SizeTag(SubmitResponsePeerAcks) + protowire.SizeBytes(peerAckSize(&r.PeerAcks[i]))
+	}
+	if r.Satisfied {
+		n += uintSize(SubmitResponseSatisfied, 1)
+	}
+	for i := range r.Results {
+		n += protowire.SizeTag(SubmitResponseResults) + protowire.SizeBytes(eventResultSize(&r.Results[i]))
+	}
+	return n
+}
+
+func peerAckSize(a *PeerAck) int {
+	return stringSize(PeerAckPeer, a.Peer) + uintSize(PeerAckState, uint64(int64(a.State))) + stringSize(PeerAckDetail, a.Detail)
+}
+
+func eventResultSize(e *EventResult) int {
+	return uintSize(EventResultOutcome, uint64(int64(e.Outcome))) + uintSize(EventResultRevision, e.Revision) +
+		uintSize(EventResultCurrentVersion, e.CurrentVersion) + stringSize(EventResultCurrentOrigin, e.CurrentOrigin) +
+		stringSize(EventResultDetail, e.Detail)
+}
+
+// appendUint appends a varint field, or nothing for 0 (proto3's implicit presence).
+func appendUint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+func uintSize(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+}
+
+// appendString appends a string field, or nothing for "".
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+func stringSize(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
+}
