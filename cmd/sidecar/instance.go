@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
@@ -171,7 +170,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
 	inst.health = health.NewServer()
 	inst.app = newGRPCServer(c.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth, inst.health)
-	fanoutv1.RegisterFanoutServiceServer(inst.app, fanout.NewFanoutServer(node))
+	fanout.RegisterFanoutServer(inst.app, fanout.NewFanoutServer(node))
 	inst.peer = newGRPCServer(c.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, inst.health)
 	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
 	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none

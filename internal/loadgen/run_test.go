@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
@@ -55,7 +54,7 @@ func startInProcess(t *testing.T, n int) []string {
 			t.Fatal(err)
 		}
 		srv := grpc.NewServer(peers.FrameServerOption()) // Subscribe sends frames
-		fanoutv1.RegisterFanoutServiceServer(srv, fanout.NewFanoutServer(node))
+		fanout.RegisterFanoutServer(srv, fanout.NewFanoutServer(node))
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(lis) }()
 		t.Cleanup(func() { node.Close(); srv.Stop(); <-served })

@@ -194,51 +194,103 @@ func litValue(lit *ast.BasicLit, ok bool) string {
 // TestNoLiteralFieldNumbers: the code names every field number by its constant, so
 // that TestFieldNumbers sees them all. It checks the places a field number goes: the
 // field of protowire.AppendTag, and what a tag's number (named num by every reader)
-// is compared with.
+// is compared with. A helper that writes a field of any number takes it as a
+// parameter `field protowire.Number`: inside it, AppendTag may be given field, and
+// every call of it must be given a constant there.
 func TestNoLiteralFieldNumbers(t *testing.T) {
 	consts := fieldConstants(t)
 	fset := token.NewFileSet()
+	files := parseSourceIn(t, fset)
+	helpers := fieldHelpers(files) // name -> index of its field parameter
+	inHelper := false
 	named := func(e ast.Expr) bool {
 		id, ok := e.(*ast.Ident)
 		_, known := consts[identName(id, ok)]
-		return known
+		return known || inHelper && identName(id, ok) == "field"
 	}
 	isNum := func(e ast.Expr) bool {
 		id, ok := e.(*ast.Ident)
 		return identName(id, ok) == "num"
 	}
-	for _, f := range parseSourceIn(t, fset) {
-		ast.Inspect(f, func(n ast.Node) bool {
-			var bad ast.Expr
-			switch n := n.(type) {
-			case *ast.CallExpr:
-				if exprString(n.Fun) == "protowire.AppendTag" && !named(n.Args[1]) {
-					bad = n.Args[1]
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			_, inHelper = helpers[funcName(fd, ok)]
+			checkFieldNumbers(t, fset, decl, named, isNum, helpers, consts)
+		}
+	}
+}
+
+// fieldHelpers are the package's functions with a parameter `field protowire.Number`,
+// by name, with that parameter's index.
+func fieldHelpers(files []*ast.File) map[string]int {
+	helpers := map[string]int{}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			i := 0
+			for _, p := range fd.Type.Params.List {
+				for _, name := range p.Names {
+					if name.Name == "field" && exprString(p.Type) == "protowire.Number" {
+						helpers[fd.Name.Name] = i
+					}
+					i++
 				}
-			case *ast.BinaryExpr:
-				if (n.Op == token.EQL || n.Op == token.NEQ) && isNum(n.X) && !named(n.Y) {
-					bad = n.Y
+			}
+		}
+	}
+	return helpers
+}
+
+func funcName(fd *ast.FuncDecl, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return fd.Name.Name
+}
+
+func checkFieldNumbers(t *testing.T, fset *token.FileSet, decl ast.Decl, named, isNum func(ast.Expr) bool,
+	helpers map[string]int, consts map[string]protowire.Number) {
+	t.Helper()
+	ast.Inspect(decl, func(n ast.Node) bool {
+		var bad ast.Expr
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if exprString(n.Fun) == "protowire.AppendTag" && !named(n.Args[1]) {
+				bad = n.Args[1]
+			}
+			if i, ok := helpers[exprString(n.Fun)]; ok {
+				id, isIdent := n.Args[i].(*ast.Ident)
+				if _, known := consts[identName(id, isIdent)]; !known {
+					bad = n.Args[i]
 				}
-				if (n.Op == token.EQL || n.Op == token.NEQ) && isNum(n.Y) && !named(n.X) {
-					bad = n.X
-				}
-			case *ast.SwitchStmt:
-				if n.Tag != nil && isNum(n.Tag) {
-					for _, c := range n.Body.List {
-						for _, e := range c.(*ast.CaseClause).List {
-							if !named(e) {
-								bad = e
-							}
+			}
+		case *ast.BinaryExpr:
+			if (n.Op == token.EQL || n.Op == token.NEQ) && isNum(n.X) && !named(n.Y) {
+				bad = n.Y
+			}
+			if (n.Op == token.EQL || n.Op == token.NEQ) && isNum(n.Y) && !named(n.X) {
+				bad = n.X
+			}
+		case *ast.SwitchStmt:
+			if n.Tag != nil && isNum(n.Tag) {
+				for _, c := range n.Body.List {
+					for _, e := range c.(*ast.CaseClause).List {
+						if !named(e) {
+							bad = e
 						}
 					}
 				}
 			}
-			if bad != nil {
-				t.Errorf("%s: field number %s is not one of the package's constants", fset.Position(bad.Pos()), exprString(bad))
-			}
-			return true
-		})
-	}
+		}
+		if bad != nil {
+			t.Errorf("%s: field number %s is not one of the package's constants", fset.Position(bad.Pos()), exprString(bad))
+		}
+		return true
+	})
 }
 
 func identName(id *ast.Ident, ok bool) string {

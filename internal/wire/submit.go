@@ -173,33 +173,33 @@ func eventResultSize(e *EventResult) int {
 }
 
 // appendUint appends a varint field, or nothing for 0 (proto3's implicit presence).
-func appendUint(b []byte, num protowire.Number, v uint64) []byte {
+func appendUint(b []byte, field protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
+	b = protowire.AppendTag(b, field, protowire.VarintType)
 	return protowire.AppendVarint(b, v)
 }
 
-func uintSize(num protowire.Number, v uint64) int {
+func uintSize(field protowire.Number, v uint64) int {
 	if v == 0 {
 		return 0
 	}
-	return protowire.SizeTag(num) + protowire.SizeVarint(v)
+	return protowire.SizeTag(field) + protowire.SizeVarint(v)
 }
 
 // appendString appends a string field, or nothing for "".
-func appendString(b []byte, num protowire.Number, s string) []byte {
+func appendString(b []byte, field protowire.Number, s string) []byte {
 	if s == "" {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendTag(b, field, protowire.BytesType)
 	return protowire.AppendString(b, s)
 }
 
-func stringSize(num protowire.Number, s string) int {
+func stringSize(field protowire.Number, s string) int {
 	if s == "" {
 		return 0
 	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
+	return protowire.SizeTag(field) + protowire.SizeBytes(len(s))
 }

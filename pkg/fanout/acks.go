@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/purgatory"
 )
@@ -44,7 +45,7 @@ func newAckLedger(purg *purgatory.Purgatory[ackKey]) *ackLedger {
 }
 
 // register adds op's waiters, one per (peer, task) of peers that can still answer.
-func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[*outEvent]) []ackKey {
+func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[outEvent]) []ackKey {
 	keys := make([]ackKey, 0, len(op.peers)*len(tasks))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -89,7 +90,7 @@ func (l *ackLedger) setWaiters(k ackKey, ws []ackWaiter) {
 
 // final is the batchers' OnFinal hook: task left peer's batcher for good with fate.
 // It runs on the batcher's acceptor goroutine, so it only takes short locks.
-func (l *ackLedger) final(peer string, t *batcher.Task[*outEvent], fate batcher.Fate) {
+func (l *ackLedger) final(peer string, t *batcher.Task[outEvent], fate batcher.Fate) {
 	if l.waiting.Load() == 0 || fate == batcher.FateOverridden {
 		return
 	}
@@ -220,12 +221,12 @@ func (op *ackOp) OnExpiration() {
 func (op *ackOp) OnComplete() { close(op.done) }
 
 // result is the PeerAck list and whether the policy was met. Call after done.
-func (op *ackOp) result() ([]*fanoutv1.PeerAck, bool) {
+func (op *ackOp) result() ([]wire.PeerAck, bool) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	out := make([]*fanoutv1.PeerAck, len(op.acks))
+	out := make([]wire.PeerAck, len(op.acks))
 	for i, a := range op.acks {
-		out[i] = &fanoutv1.PeerAck{Peer: a.Peer, State: a.State, Detail: a.Detail}
+		out[i] = wire.PeerAck{Peer: a.Peer, State: int32(a.State), Detail: a.Detail}
 		if a.State == fanoutv1.PeerAckState_PEER_ACK_STATE_PENDING && op.expired {
 			out[i].Detail = "ack_timeout passed before the peer acknowledged"
 		}

@@ -48,7 +48,7 @@ type Config struct {
 	OnUnknownPeer func(nodeID string)
 	// Batcher configures every per-peer batcher. Now, Logger and OnFinal are set by
 	// the Node.
-	Batcher batcher.Config[*outEvent]
+	Batcher batcher.Config[outEvent]
 	// Breaker configures every peer's circuit breaker (SPEC §5). Name, IsFailure,
 	// IsExcluded and OnStateChange are set by the Node.
 	Breaker breaker.Config
@@ -99,7 +99,7 @@ func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
 		NodeID:              host,
-		Batcher:             batcher.DefaultConfig[*outEvent](),
+		Batcher:             batcher.DefaultConfig[outEvent](),
 		Breaker:             breaker.DefaultConfig(),
 		ReplicateTimeout:    5 * time.Second,
 		AntiEntropyInterval: 30 * time.Second,

@@ -44,7 +44,7 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 	}
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(peers.FrameServerOption())
-	fanoutv1.RegisterFanoutServiceServer(srv, NewFanoutServer(n))
+	RegisterFanoutServer(srv, NewFanoutServer(n))
 	RegisterPeerServer(srv, NewPeerServer(n))
 	go srv.Serve(lis)
 	cc, err := grpc.NewClient("passthrough:///bufnet",

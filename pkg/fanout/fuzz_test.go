@@ -19,29 +19,53 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// FuzzValidateSubmit decodes arbitrary bytes as a SubmitRequest, the way the gRPC codec
-// would, and checks that validation never panics and that what it accepts is within
-// every limit, its encoded size (unknown fields included, with a version) too.
-func FuzzValidateSubmit(f *testing.F) {
-	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{
-		{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Ttl: durationpb.New(1)},
-	}})
+// FuzzReadSubmit feeds arbitrary bytes to the app listener's reader (readSubmit,
+// internal/wire) and checks it against protobuf: what it accepts, protobuf decodes,
+// within every limit, and each event's size as stored (with the version the node
+// would assign) is within EventBytes; what it refuses gets an InvalidError naming
+// the field, from the decoded request (explainSubmit), never "no rule says why". So
+// the reader and the decoder agree on every input.
+func FuzzReadSubmit(f *testing.F) {
+	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 3, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(time.Second),
+		Events: []*fanoutv1.Event{{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Ttl: durationpb.New(1)}, {TaskId: "j", Version: 5}}})
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00})
+	f.Add([]byte("garbage"))
 	// An event with 100 bytes of an unknown field 99.
 	f.Add([]byte{0x0a, 0x6a, 0x0a, 0x01, 'k', 0x9a, 0x06, 0x64, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a,
 		1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
 		1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
 		1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
-	l := DefaultLimits()
-	l.MaxEventBytes = 64
+	cfg := testConfig("fuzz")
+	cfg.Limits.MaxEventBytes = 64
+	cfg.Limits.MaxAttributes = 4
+	cfg.Limits.MaxAttributeBytes = 32
+	n, err := New(cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer n.Close()
+	l := cfg.Limits
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var req fanoutv1.SubmitRequest
-		if proto.Unmarshal(data, &req) != nil {
-			return // the gRPC codec refuses these before any handler runs
-		}
-		if l.validateSubmit(&req) != nil {
+		c := n.getCall()
+		defer n.putCall(c)
+		err := n.readSubmit(data, c)
+		var inv *InvalidError
+		if err != nil {
+			if !errors.As(err, &inv) {
+				t.Fatalf("refused without naming a field: %v", err)
+			}
 			return
+		}
+		if xerr := n.explainSubmit(data); errors.As(xerr, &inv) {
+			t.Fatalf("the reader accepts it, the decoder refuses it: %v", xerr)
+		}
+		var req fanoutv1.SubmitRequest
+		if err := proto.Unmarshal(data, &req); err != nil {
+			t.Fatalf("the reader accepts what protobuf refuses: %v", err)
+		}
+		if len(c.req.Events) != len(req.Events) || int32(c.ack) != int32(req.Ack) || c.req.RequestID != req.RequestId {
+			t.Fatalf("read %+v, decoded %v", c.req, &req)
 		}
 		for i, ev := range req.Events {
 			if ev.TaskId == "" || len(ev.TaskId) > l.MaxTaskIDBytes || !utf8.ValidString(ev.TaskId) ||
@@ -49,10 +73,11 @@ func FuzzValidateSubmit(f *testing.F) {
 				(ev.Ttl != nil && ev.Ttl.AsDuration() < 0) {
 				t.Fatalf("accepted events[%d] outside the limits: %v", i, ev)
 			}
-			versioned := proto.Clone(ev).(*fanoutv1.Event)
-			versioned.Version = math.MaxUint64 // the largest the node can assign
-			if n := proto.Size(versioned); n > l.EventBytes() {
-				t.Fatalf("accepted events[%d] of %d bytes encoded, EventBytes %d", i, n, l.EventBytes())
+			if h := c.heads[i]; string(h.TaskID) != ev.TaskId || h.Version != ev.Version || h.Deleted != ev.Deleted {
+				t.Fatalf("events[%d]: read %+v, decoded %v", i, h, ev)
+			}
+			if size := len(c.req.Events[i]) + wire.EventVersionSize(math.MaxUint64); ev.Version == 0 && size > l.EventBytes() {
+				t.Fatalf("accepted events[%d] of %d bytes as stored, EventBytes %d", i, size, l.EventBytes())
 			}
 		}
 	})

@@ -25,7 +25,7 @@ type link struct {
 	node   *Node
 	conn   Replicator
 	br     breaker.Breaker // counts network failures; its Hold is the batcher's Gate
-	b      *batcher.Batcher[*outEvent]
+	b      *batcher.Batcher[outEvent]
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
 	isSelf atomic.Bool            // the peer answered with our own node id and incarnation
 	// incarnation is the peer process's (0: not known yet, or an older peer).
@@ -110,7 +110,7 @@ func (l *link) failed(c batcher.Class, err error) {
 	}
 }
 
-var _ batcher.Processor[*outEvent] = (*link)(nil)
+var _ batcher.Processor[outEvent] = (*link)(nil)
 
 func (n *Node) newLink(addr string) (*link, error) {
 	conn, err := n.cfg.Dial(addr)
@@ -125,7 +125,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc := n.cfg.Batcher
 	bc.Now = n.cfg.Now
 	bc.Logger = n.log.With("peer", addr)
-	bc.OnFinal = func(t *batcher.Task[*outEvent], f batcher.Fate) {
+	bc.OnFinal = func(t *batcher.Task[outEvent], f batcher.Fate) {
 		if f == batcher.FateStopped {
 			l.stopped.Add(1)
 		}
@@ -134,7 +134,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	// Coalescing keeps the highest version, never the latest arrival: every task of
 	// this batcher has this node as its origin, so the version alone decides.
-	bc.Newer = func(a, b *batcher.Task[*outEvent]) bool { return a.Value.version > b.Value.version }
+	bc.Newer = func(a, b *batcher.Task[outEvent]) bool { return a.Value.version > b.Value.version }
 	bc.Size = outItemBytes // --max-batch-bytes and --max-buffer-bytes count the bytes sent
 	b, err := batcher.New(bc, l)
 	if err != nil {
@@ -164,7 +164,7 @@ func (n *Node) newBreaker(addr string) (breaker.Breaker, error) {
 
 // Process sends one batch as one Replicate call and maps the answer to the batcher's
 // result classes. It runs on the batcher's worker goroutines.
-func (l *link) Process(ctx context.Context, batch []batcher.Task[*outEvent]) batcher.Result {
+func (l *link) Process(ctx context.Context, batch []batcher.Task[outEvent]) batcher.Result {
 	if l.isSelf.Load() {
 		return batcher.Result{Class: batcher.Permanent, Err: errors.New("peer is this node")}
 	}

@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"bytes"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,9 +93,18 @@ func bloatedTTL(n int) *durationpb.Duration {
 	return d
 }
 
+// TestValidateSubmit: each rule of validateSubmit, with its message, and the same
+// message from the app listener's reader (readSubmit, with the request's bytes).
 func TestValidateSubmit(t *testing.T) {
 	l := DefaultLimits()
 	l.MaxEventBytes = 10
+	cfg := testConfig("v")
+	cfg.Limits = l
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
 	many := map[string]string{}
 	for i := range 65 {
 		many[fmt.Sprint(i)] = ""
@@ -116,12 +127,6 @@ func TestValidateSubmit(t *testing.T) {
 		{"negative ack_timeout", &fanoutv1.SubmitRequest{AckTimeout: durationpb.New(-time.Second)}, "ack_timeout: negative"},
 		{"unknown ack policy", &fanoutv1.SubmitRequest{Ack: 99}, "ack: unknown policy 99"},
 		{"too many events", &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, 10001)}, "events: 10001 events, at most 10000"},
-		{"a few unknown fields are fine (a newer client)", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{bloated(&fanoutv1.Event{TaskId: "k"}, 100)}}, ""},
-		{"unknown fields count toward the event's bytes", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "ok"}, bloated(&fanoutv1.Event{TaskId: "k"}, l.EventBytes())}},
-			// task_id 3, the unknown field's tag 2 and length 3, and 11 for the version to come
-			"events[1]: " + fmt.Sprint(3+2+3+l.EventBytes()+11) + " bytes encoded, at most " + fmt.Sprint(l.EventBytes())},
-		{"a ttl's unknown fields count too", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Ttl: bloatedTTL(l.EventBytes())}}}, "events[0]: "},
-		{"a version given leaves room for no assigned one", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{bloated(&fanoutv1.Event{TaskId: "k", Version: 1}, l.EventBytes()-3-2-4-11)}}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,7 +137,66 @@ func TestValidateSubmit(t *testing.T) {
 			case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
 				t.Fatalf("err = %v, want prefix %q", err, c.want)
 			}
+			if slices.Contains(c.req.Events, nil) {
+				return // no bytes say "null": encoded, it is an empty event
+			}
+			b, merr := proto.Marshal(c.req)
+			if merr != nil {
+				t.Fatal(merr)
+			}
+			if rerr := n.readSubmit(b, n.getCall()); fmt.Sprint(rerr) != fmt.Sprint(err) {
+				t.Fatalf("readSubmit: %v; validateSubmit: %v", rerr, err)
+			}
 		})
+	}
+}
+
+// TestSubmitSizeAsSent: an event is held to EventBytes as it will be stored, the bytes
+// the app sent and the version the node appends: unknown fields count, in the event
+// and in its ttl, and an event that brings its own version leaves no room for one.
+func TestSubmitSizeAsSent(t *testing.T) {
+	l := DefaultLimits()
+	l.MaxEventBytes = 10
+	cfg := testConfig("v")
+	cfg.Limits = l
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	cases := []struct {
+		name string
+		req  *fanoutv1.SubmitRequest
+		want string // "" means valid
+	}{
+		{"a few unknown fields are fine (a newer client)", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{bloated(&fanoutv1.Event{TaskId: "k"}, 100)}}, ""},
+		{"unknown fields count toward the event's bytes", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "ok"}, bloated(&fanoutv1.Event{TaskId: "k"}, l.EventBytes())}},
+			// task_id 3, the unknown field's tag 2 and length 3, and 11 for the version to come
+			"events[1]: " + fmt.Sprint(3+2+3+l.EventBytes()+11) + " bytes as sent, with the version the sidecar adds; at most " + fmt.Sprint(l.EventBytes())},
+		{"a ttl's unknown fields count too", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Ttl: bloatedTTL(l.EventBytes())}}}, "events[0]: "},
+		{"a version given leaves room for no assigned one", &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{bloated(&fanoutv1.Event{TaskId: "k", Version: 1}, l.EventBytes()-3-2-4-11)}}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := proto.Marshal(c.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = n.readSubmit(b, n.getCall())
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("rejected valid request: %v", err)
+			case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
+				t.Fatalf("err = %v, want prefix %q", err, c.want)
+			}
+		})
+	}
+	// The same task_id sent twice: protobuf keeps the last, the bytes keep both.
+	ev := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), strings.Repeat("x", 1000))
+	ev = append(ev, ev...)
+	big := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), bytes.Repeat(ev, 1+l.EventBytes()/len(ev)))
+	if err := n.readSubmit(big, n.getCall()); err == nil || !strings.Contains(err.Error(), "fields sent twice, count too") {
+		t.Fatalf("a task_id repeated past EventBytes: %v", err)
 	}
 }
 

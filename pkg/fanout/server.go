@@ -35,7 +35,9 @@ func NewFanoutServer(n *Node) *FanoutServer { return &FanoutServer{node: n} }
 // NewPeerServer returns the peer-facing gRPC service of n.
 func NewPeerServer(n *Node) *PeerServer { return &PeerServer{node: n} }
 
-// Submit implements FanoutService.Submit.
+// Submit implements FanoutService.Submit for a decoded request. The app listener does
+// not use it: RegisterFanoutServer installs submitHandler, which passes the request's
+// bytes to the node undecoded (internal/wire reads them).
 func (s *FanoutServer) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
 	resp, err := s.node.Submit(ctx, req)
 	return resp, toStatus(err)
@@ -50,15 +52,18 @@ const maxStreamWaits = 1024
 // in completion order; QUEUED requests are answered in order as they are read (with
 // --data-dir, each once it is on disk: the next requests are applied meanwhile, so
 // the requests in flight share commits). A bad request ends the stream with its status
-// (INVALID_ARGUMENT naming the field).
+// (INVALID_ARGUMENT naming the field). Requests are read and answered as frames, as
+// Submit's are: the server must be made with peers.FrameServerOption.
 func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	w := &streamWaits{stream: stream, sem: make(chan struct{}, maxStreamWaits)}
+	n := s.node
+	w := &streamWaits{stream: stream, node: n, sem: make(chan struct{}, maxStreamWaits)}
 	defer w.wg.Wait()
 	defer w.closeOrdered()
+	f := new(peers.Frame) // reused, except by a request that waits (below)
 	for {
-		req, err := stream.Recv()
+		err := stream.RecvMsg(f)
 		if errors.Is(err, io.EOF) {
 			w.closeOrdered()
 			w.wg.Wait()
@@ -70,28 +75,30 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 		if err := w.failed(); err != nil {
 			return err
 		}
-		if err := s.node.precheck(req); err != nil {
+		c := n.getCall()
+		if err := n.readSubmit(f.B, c); err != nil {
+			n.putCall(c)
 			return toStatus(err)
 		}
 		switch {
-		case s.node.WaitsForAcks(req): // answered on completion
+		case n.waitsForAcks(c): // answered on completion
+			f = new(peers.Frame) // c's events are f's bytes until c is done
 			err = w.start(ctx, func() error {
-				resp, err := s.node.submitChecked(ctx, req)
-				if err != nil {
+				defer n.putCall(c)
+				if err := n.submitChecked(ctx, c); err != nil {
 					return err
 				}
-				return w.send(resp)
+				return w.send(c.answer())
 			})
-		case s.node.persist != nil: // answered in order, once on disk
-			var resp *fanoutv1.SubmitResponse
-			if resp, err = s.node.submitQueued(ctx, req); err == nil {
-				err = w.inOrder(ctx, resp, s.node.durable)
+		case n.persist != nil: // answered in order, once on disk
+			if err = n.submitQueued(ctx, c); err == nil {
+				err = w.inOrder(ctx, c) // c's events are not read after prepare
 			}
 		default: // answered in order, as read
-			var resp *fanoutv1.SubmitResponse
-			if resp, err = s.node.submitQueued(ctx, req); err == nil {
-				err = w.send(resp)
+			if err = n.submitQueued(ctx, c); err == nil {
+				err = w.send(c.answer())
 			}
+			n.putCall(c)
 		}
 		if err != nil {
 			return toStatus(err)
@@ -100,16 +107,17 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 }
 
 // streamWaits runs the ack-waiting requests of one SubmitStream. The handler starts
-// them and waits for all before returning; stream.Send is serialized by mu.
+// them and waits for all before returning; stream.SendMsg is serialized by mu.
 type streamWaits struct {
-	stream fanoutv1.FanoutService_SubmitStreamServer
+	stream grpc.ServerStream
+	node   *Node
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	err    error // guarded by mu: the first failure
 	// ordered feeds inOrder's goroutine; nil until the first use and after
 	// closeOrdered. Used by the handler's goroutine only.
-	ordered chan *fanoutv1.SubmitResponse
+	ordered chan *submitCall
 }
 
 func (w *streamWaits) start(ctx context.Context, f func() error) error {
@@ -129,21 +137,22 @@ func (w *streamWaits) start(ctx context.Context, f func() error) error {
 	return nil
 }
 
-// inOrder queues resp to be sent, after the responses queued before it, once
-// durable(resp) returns; one goroutine, started on first use, does that.
-func (w *streamWaits) inOrder(ctx context.Context, resp *fanoutv1.SubmitResponse,
-	durable func(context.Context, *fanoutv1.SubmitResponse) error) error {
+// inOrder queues c's answer to be sent, after the answers queued before it, once its
+// events are on disk (Node.durable); one goroutine, started on first use, does that,
+// and gives c back to the node.
+func (w *streamWaits) inOrder(ctx context.Context, c *submitCall) error {
 	if w.ordered == nil {
-		ch := make(chan *fanoutv1.SubmitResponse, maxStreamWaits)
+		ch := make(chan *submitCall, maxStreamWaits)
 		w.ordered = ch
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			for resp := range ch {
-				err := durable(ctx, resp)
+			for c := range ch {
+				err := w.node.durable(ctx, c.revision)
 				if err == nil {
-					err = w.send(resp)
+					err = w.send(c.answer())
 				}
+				w.node.putCall(c)
 				if err != nil {
 					w.fail(err)
 					for range ch { // the stream ends: drop the rest
@@ -154,7 +163,7 @@ func (w *streamWaits) inOrder(ctx context.Context, resp *fanoutv1.SubmitResponse
 		}()
 	}
 	select {
-	case w.ordered <- resp:
+	case w.ordered <- c:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -177,10 +186,10 @@ func (w *streamWaits) fail(err error) {
 	}
 }
 
-func (w *streamWaits) send(resp *fanoutv1.SubmitResponse) error {
+func (w *streamWaits) send(f *peers.Frame) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stream.Send(resp)
+	return w.stream.SendMsg(f)
 }
 
 func (w *streamWaits) failed() error {
@@ -319,8 +328,47 @@ func toStatus(err error) error {
 	}
 }
 
-// RegisterFanoutServer registers f as fanout.v1.FanoutService on s. s must be made
-// with peers.FrameServerOption (or peers.ServerOptions).
+// RegisterFanoutServer registers f as fanout.v1.FanoutService on s. Submit requests
+// are read from their bytes (internal/wire) and answered with bytes; SubmitStream and
+// Subscribe read and send frames. The wire format is the generated service's: the
+// service description is a copy of the generated one with the Submit handler
+// replaced, which stays as generated. s must be made with peers.FrameServerOption (or
+// peers.ServerOptions).
 func RegisterFanoutServer(s grpc.ServiceRegistrar, f *FanoutServer) {
-	fanoutv1.RegisterFanoutServiceServer(s, f)
+	desc := fanoutv1.FanoutService_ServiceDesc // same name, metadata, other methods and streams
+	desc.Methods = nil
+	for _, m := range fanoutv1.FanoutService_ServiceDesc.Methods {
+		if m.MethodName == "Submit" {
+			m.Handler = submitHandler
+		}
+		desc.Methods = append(desc.Methods, m)
+	}
+	s.RegisterService(&desc, f)
+}
+
+// submitHandler is the generated Submit handler with frames in place of the decoded
+// request and response.
+func submitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	f := framePool.Get().(*peers.Frame)
+	defer func() {
+		if cap(f.B) <= 4<<20 { // do not keep a huge request's buffer
+			framePool.Put(f)
+		}
+	}()
+	if err := dec(f); err != nil {
+		return nil, err
+	}
+	s := srv.(*FanoutServer)
+	handle := func(ctx context.Context, req any) (any, error) {
+		resp, err := s.node.submitFrame(ctx, req.(*peers.Frame))
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return resp, nil
+	}
+	if interceptor == nil {
+		return handle(ctx, f)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fanoutv1.FanoutService_Submit_FullMethodName}
+	return interceptor(ctx, f, info, handle)
 }

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -509,8 +510,8 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		task := batcher.Task[*outEvent]{ID: "k", Value: &outEvent{raw: raw, version: v}, Submitted: time.Now()}
-		if err := l.b.Offer(context.Background(), []batcher.Task[*outEvent]{task}); err != nil {
+		task := batcher.Task[outEvent]{ID: "k", Value: outEvent{raw: raw, version: v}, Submitted: time.Now()}
+		if err := l.b.Offer(context.Background(), []batcher.Task[outEvent]{task}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -525,5 +526,82 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	defer mu.Unlock()
 	if got[1] != 1000 {
 		t.Fatalf("the peer received versions %v, want [1 1000]", got)
+	}
+}
+
+// TestSubmitFromBytes: the app listener reads a Submit from its bytes. The event is
+// stored, replicated and delivered as the app sent it, with the version the node appends (an
+// explicit version 0 on the wire and unknown fields included); a request that is not
+// a message, or has an event protobuf refuses, is INVALID_ARGUMENT naming it, and
+// nothing of it is applied; SubmitStream reads the same way. Sent over gRPC with raw
+// bodies.
+func TestSubmitFromBytes(t *testing.T) {
+	nodes := cluster(t, []string{"s", "peer"}, nil)
+	tn := nodes["s"]
+	sub := subscribe(t, nodes["peer"], "") // the event as the peer received it
+	unknown := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "from a newer client")
+	event := protowire.AppendString(protowire.AppendTag(nil, wire.EventTaskID, protowire.BytesType), "k")
+	event = protowire.AppendVarint(protowire.AppendTag(event, wire.EventVersion, protowire.VarintType), 0)
+	event = append(event, unknown...)
+	body := protowire.AppendBytes(protowire.AppendTag(nil, wire.SubmitRequestEvents, protowire.BytesType), event)
+	body = protowire.AppendVarint(protowire.AppendTag(body, wire.SubmitRequestRequestID, protowire.VarintType), 42)
+	var resp fanoutv1.SubmitResponse
+	if err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &peers.Frame{B: body}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.RequestId != 42 || len(resp.Versions) != 1 || resp.Versions[0] == 0 || !resp.Satisfied ||
+		resp.Results[0].GetOutcome() != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED || resp.Results[0].GetRevision() == 0 {
+		t.Fatalf("response %v", &resp)
+	}
+	got := recv(t, sub)
+	for got.GetEvent() == nil {
+		got = recv(t, sub) // past the snapshot's end
+	}
+	if got.Event.Version != resp.Versions[0] || !bytes.Equal(got.Event.ProtoReflect().GetUnknown(), unknown) {
+		t.Fatalf("delivered %v (unknown fields %q), want version %d and the app's unknown field", got.Event, got.Event.ProtoReflect().GetUnknown(), resp.Versions[0])
+	}
+
+	keys := tn.node.table.Stats().Keys
+	err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &peers.Frame{B: []byte{0xff, 0xff}}, &resp)
+	wantInvalid(t, err, "request: not a valid fanout.v1.SubmitRequest")
+	good, _ := proto.Marshal(&fanoutv1.Event{TaskId: "good"})
+	body = protowire.AppendBytes(protowire.AppendTag(nil, wire.SubmitRequestEvents, protowire.BytesType), good)
+	body = protowire.AppendBytes(protowire.AppendTag(body, wire.SubmitRequestEvents, protowire.BytesType), []byte{0x0a, 0x01, 0xff}) // task_id not UTF-8
+	err = tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &peers.Frame{B: body}, &resp)
+	wantInvalid(t, err, "events[1]: not a valid fanout.v1.Event")
+	if k := tn.node.table.Stats().Keys; k != keys {
+		t.Fatalf("%d keys after refused requests, were %d", k, keys)
+	}
+
+	desc := &grpc.StreamDesc{StreamName: "SubmitStream", ServerStreams: true, ClientStreams: true}
+	stream, err := tn.cc.NewStream(context.Background(), desc, fanoutv1.FanoutService_SubmitStream_FullMethodName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.SendMsg(&peers.Frame{B: body}); err != nil {
+		t.Fatal(err)
+	}
+	wantInvalid(t, stream.RecvMsg(&resp), "events[1]: not a valid fanout.v1.Event")
+}
+
+// TestRegisterFanoutServerLeavesTheGeneratedService: as for RegisterPeerServer, the
+// generated FanoutService description stays as generated.
+func TestRegisterFanoutServerLeavesTheGeneratedService(t *testing.T) {
+	before := fanoutv1.FanoutService_ServiceDesc.Methods[0].Handler
+	srv := grpc.NewServer(peers.FrameServerOption())
+	defer srv.Stop()
+	n, err := New(testConfig("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	RegisterFanoutServer(srv, NewFanoutServer(n))
+	for _, md := range fanoutv1.FanoutService_ServiceDesc.Methods {
+		if reflect.ValueOf(md.Handler).Pointer() == reflect.ValueOf(submitHandler).Pointer() {
+			t.Fatalf("the generated description's %s is the frame handler", md.MethodName)
+		}
+	}
+	if reflect.ValueOf(fanoutv1.FanoutService_ServiceDesc.Methods[0].Handler).Pointer() != reflect.ValueOf(before).Pointer() {
+		t.Fatal("the generated description changed")
 	}
 }

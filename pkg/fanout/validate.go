@@ -7,7 +7,6 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/store"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // MaxNodeIDBytes bounds a node id (--node-id, and the origin of every replicated
@@ -52,8 +51,9 @@ func DefaultLimits() Limits {
 // lengths included: a task_id of MaxTaskIDBytes, a payload of MaxEventBytes,
 // MaxAttributes attributes of MaxAttributeBytes in all, a version, a ttl and deleted
 // (1,066,787 bytes, 1 MiB + 17.8 KiB, with the defaults). Every event is held to it as
-// encoded, beside its fields' own bounds: on the app path as Submit will encode it
-// (validateSubmit), on the peer path as it arrived (readEvent). So unknown fields, and
+// encoded, beside its fields' own bounds: on the app path as it will be stored, the
+// bytes the app sent and the version the node appends if it has none (admitSubmit),
+// on the peer path as it arrived (readEvent). So unknown fields, and
 // fields repeated on the wire, count: they may take only what the known fields leave,
 // and an event can never be bigger than this however it was written.
 func (l Limits) EventBytes() int {
@@ -89,27 +89,6 @@ func replicateItemBytes(n int) int { return 1 + protowire.SizeVarint(uint64(n)) 
 // header of its packed submitted_at_unix_nanos; a Push or Pull message's node id.
 const messageOverhead = 4 << 10
 
-// validateEventBytes holds event i, already within its fields' bounds, to EventBytes
-// as Submit will encode it: with a version of the largest size if it has none yet (the
-// node assigns one). Only unknown fields can take such an event past EventBytes
-// (TestEventBytesIsTheMost: a maximal event fits), in the event or in its ttl (a map
-// entry's are dropped when it is decoded), so an event without any is not measured.
-func (l Limits) validateEventBytes(i int, ev *fanoutv1.Event) *InvalidError {
-	if len(ev.ProtoReflect().GetUnknown()) == 0 && (ev.GetTtl() == nil || len(ev.GetTtl().ProtoReflect().GetUnknown()) == 0) {
-		return nil
-	}
-	n := proto.Size(ev)
-	if ev.GetVersion() == 0 {
-		n += 1 + 10
-	}
-	if bound := l.EventBytes(); n > bound {
-		return invalid(fmt.Sprintf("events[%d]", i), "%d bytes encoded, at most %d (a payload of --max-event-bytes %d, "+
-			"and room for task_id, attributes, version and ttl); fields this sidecar does not know count too: "+
-			"send a smaller event, or only the fields of fanout.v1.Event", n, bound, l.MaxEventBytes)
-	}
-	return nil
-}
-
 // InvalidError is a rejected request. Its message names the field and event index,
 // e.g. "events[3].task_id: empty"; the gRPC adapters turn it into INVALID_ARGUMENT.
 type InvalidError struct {
@@ -123,7 +102,10 @@ func invalid(field, format string, args ...any) *InvalidError {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// validateSubmit checks a whole SubmitRequest before any of it is applied.
+// validateSubmit checks a decoded SubmitRequest's fields against their bounds. The
+// app listener reads requests from their bytes (admitSubmit); it is how
+// explainSubmit says what is wrong with one it refused. Each event's size as sent is
+// checked there, where the bytes are.
 func (l Limits) validateSubmit(req *fanoutv1.SubmitRequest) error {
 	if n := len(req.GetEvents()); n > l.MaxEvents {
 		return invalid("events", "%d events, at most %d per request; split the batch", n, l.MaxEvents)
@@ -141,9 +123,6 @@ func (l Limits) validateSubmit(req *fanoutv1.SubmitRequest) error {
 	}
 	for i, ev := range req.GetEvents() {
 		if err := l.validateEvent(i, ev); err != nil {
-			return err
-		}
-		if err := l.validateEventBytes(i, ev); err != nil {
 			return err
 		}
 	}

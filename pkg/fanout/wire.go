@@ -31,7 +31,7 @@ type outEvent struct {
 // outItemBytes is what o adds to a ReplicateRequest: the batcher's Config.Size, so
 // that a batch of MaxBatchBytes is a request of at most that plus messageOverhead,
 // and pending's bytes are what would be sent.
-func outItemBytes(o *outEvent) int { return replicateItemBytes(len(o.raw)) }
+func outItemBytes(o outEvent) int { return replicateItemBytes(len(o.raw)) }
 
 // readEvent reads an Event's task_id and version (wire.ReadEvent) and checks it against
 // the limits exactly as validateEvent checks the decoded Event, with protobuf's

@@ -1,0 +1,473 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/state"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Submit reads a request from its bytes, as Replicate does: the app listener hands
+// the node a SubmitRequest's bytes (RegisterFanoutServer), readSubmit reads and
+// validates them whole with internal/wire, without decoding the events, and prepare
+// stores each event as the bytes the app sent with the version it gets appended
+// (wire.AppendEventVersion). The answer is written from bytes too
+// (wire.AppendSubmitResponse). A request the reader refuses is decoded, only then, to
+// say which field is wrong and why (explainSubmit), in the words validateSubmit has
+// always used.
+
+// submitCall is one Submit: the request as read, the scratch its events are prepared
+// in, and the answer. Node.calls recycles them.
+type submitCall struct {
+	req        wire.Submit // Events alias the request's bytes
+	heads      []wire.EventHead
+	bufs       [][]byte // the events as stored (prepare)
+	ack        fanoutv1.AckPolicy
+	ackTimeout time.Duration // 0: defaultAckTimeout
+	resp       wire.SubmitResponse
+	revision   uint64 // the highest revision the call's events got; 0 if none was accepted
+}
+
+// maxPooledEvents: a call of more events is not kept for reuse, so the pool never
+// holds the slices of a 10,000-event request.
+const maxPooledEvents = 1024
+
+func (n *Node) getCall() *submitCall {
+	if c, ok := n.calls.Get().(*submitCall); ok {
+		return c
+	}
+	return new(submitCall)
+}
+
+func (n *Node) putCall(c *submitCall) {
+	if cap(c.req.Events) > maxPooledEvents {
+		return
+	}
+	// Nothing of the last request stays reachable from the pool.
+	clear(c.req.Events)
+	clear(c.heads)
+	clear(c.bufs)
+	clear(c.resp.Results)
+	c.req = wire.Submit{Events: c.req.Events[:0]}
+	c.heads, c.bufs, c.resp.Versions, c.resp.Results = c.heads[:0], c.bufs[:0], c.resp.Versions[:0], c.resp.Results[:0]
+	c.resp = wire.SubmitResponse{Versions: c.resp.Versions, Results: c.resp.Results}
+	c.ack, c.ackTimeout, c.revision = 0, 0, 0
+	n.calls.Put(c)
+}
+
+// Submit validates a whole request, assigns versions, records them as this node's own
+// writes, and queues every event for every peer. It returns once the events are in
+// every peer's queue (ACK_POLICY_QUEUED). It is the form for callers that hold a
+// decoded request (tests, tools): it encodes the request and does what the app
+// listener does with its bytes.
+func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
+	if slices.Contains(req.GetEvents(), nil) { // encoded, it would be an empty event
+		return nil, n.cfg.Limits.validateSubmit(req)
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, invalid("request", "%v", err)
+	}
+	c := n.getCall()
+	defer n.putCall(c)
+	if err := n.readSubmit(b, c); err != nil {
+		return nil, err
+	}
+	if err := n.submitChecked(ctx, c); err != nil {
+		return nil, err
+	}
+	resp := new(fanoutv1.SubmitResponse)
+	if err := proto.Unmarshal(wire.AppendSubmitResponse(nil, &c.resp), resp); err != nil {
+		return nil, fmt.Errorf("decode the answer: %w", err)
+	}
+	return resp, nil
+}
+
+// submitFrame is Submit for a request's bytes, answered with the response's bytes:
+// what the app listener's Submit does (submitHandler). f may be reused once it
+// returns.
+func (n *Node) submitFrame(ctx context.Context, f *peers.Frame) (*peers.Frame, error) {
+	c := n.getCall()
+	defer n.putCall(c)
+	if err := n.readSubmit(f.B, c); err != nil {
+		return nil, err
+	}
+	if err := n.submitChecked(ctx, c); err != nil {
+		return nil, err
+	}
+	return c.answer(), nil
+}
+
+// answer is c's SubmitResponse as a frame of its own.
+func (c *submitCall) answer() *peers.Frame {
+	return &peers.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
+}
+
+// readSubmit reads the SubmitRequest in b into c and validates it whole, refusing it
+// while draining. c's events alias b.
+func (n *Node) readSubmit(b []byte, c *submitCall) error {
+	if n.draining.Load() {
+		return ErrDraining
+	}
+	if wire.ParseSubmit(b, &c.req) == nil && n.admitSubmit(c) {
+		return nil
+	}
+	return n.explainSubmit(b)
+}
+
+// admitSubmit reports whether the request read into c is valid, and reads its events'
+// heads. It decides exactly as explainSubmit, which says why it is not: the fields'
+// bounds of validateSubmit, each event's size as it will be stored (storedSize), and
+// the versions' bounds. FuzzReadSubmit checks that the two agree.
+func (n *Node) admitSubmit(c *submitCall) bool {
+	l := n.cfg.Limits
+	r := &c.req
+	if len(r.Events) > l.MaxEvents {
+		return false
+	}
+	ack := int32(r.Ack)
+	if _, ok := fanoutv1.AckPolicy_name[ack]; !ok {
+		return false
+	}
+	if r.AckTimeout && !validDuration(int64(r.AckTimeoutSeconds), int64(int32(r.AckTimeoutNanos))) {
+		return false
+	}
+	bound := newVersionBound(n.cfg.Now(), maxAppAhead)
+	bytes := l.EventBytes()
+	for _, raw := range r.Events {
+		h, ok := l.readEvent(raw)
+		if !ok || storedSize(len(raw), h.Version) > bytes || h.Version != 0 && !bound.allows(h.Version) {
+			return false
+		}
+		c.heads = append(c.heads, h)
+	}
+	c.ack = fanoutv1.AckPolicy(ack)
+	if r.AckTimeout {
+		c.ackTimeout = durationOf(r.AckTimeoutSeconds, r.AckTimeoutNanos)
+	}
+	return true
+}
+
+// storedSize is the size of an event of n bytes as stored: with the version the node
+// appends when it has none (wire.AppendEventVersion), counted at its largest.
+func storedSize(n int, version uint64) int {
+	if version == 0 {
+		return n + wire.EventVersionSize(1<<64-1)
+	}
+	return n
+}
+
+// durationOf is a google.protobuf.Duration's seconds and nanos (their varints as
+// read) as a time.Duration, saturated as durationpb's AsDuration does.
+func durationOf(secs, nanos uint64) time.Duration {
+	d := durationpb.Duration{Seconds: int64(secs), Nanos: int32(nanos)}
+	return d.AsDuration()
+}
+
+// explainSubmit says what is wrong with a SubmitRequest admitSubmit refused: it
+// decodes the request, and names the first field that breaks a rule, with the
+// messages of validateSubmit. It counts a refused version (versionsRefused.app).
+func (n *Node) explainSubmit(b []byte) error {
+	var req fanoutv1.SubmitRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		var s wire.Submit
+		if wire.ParseSubmit(b, &s) == nil { // then an event is what protobuf refuses
+			for i, raw := range s.Events {
+				if err := proto.Unmarshal(raw, new(fanoutv1.Event)); err != nil {
+					return invalid(fmt.Sprintf("events[%d]", i), "not a valid fanout.v1.Event: %v", err)
+				}
+			}
+		}
+		return invalid("request", "not a valid fanout.v1.SubmitRequest: %v", err)
+	}
+	l := n.cfg.Limits
+	if err := l.validateSubmit(&req); err != nil {
+		return err
+	}
+	var s wire.Submit
+	if err := wire.ParseSubmit(b, &s); err != nil || len(s.Events) != len(req.Events) {
+		return fmt.Errorf("submit: protobuf reads the request and internal/wire does not (%v): a bug, please report it", err)
+	}
+	bytes := l.EventBytes()
+	for i, raw := range s.Events {
+		if size := storedSize(len(raw), req.Events[i].GetVersion()); size > bytes {
+			return invalid(fmt.Sprintf("events[%d]", i), "%d bytes as sent, with the version the sidecar adds; at most %d "+
+				"(a payload of --max-event-bytes %d, and room for task_id, attributes, version and ttl); fields "+
+				"this sidecar does not know, and fields sent twice, count too: send a smaller event, or only "+
+				"the fields of fanout.v1.Event, once each", size, bytes, l.MaxEventBytes)
+		}
+	}
+	bound := newVersionBound(n.cfg.Now(), maxAppAhead)
+	for i, ev := range req.GetEvents() {
+		if v := ev.GetVersion(); v != 0 && !bound.allows(v) {
+			n.versionsRefused.app.Add(1)
+			return invalid(fmt.Sprintf("events[%d].version", i), "%s; use 0 to let the sidecar assign versions",
+				bound.explain(v, maxAppAhead))
+		}
+	}
+	return fmt.Errorf("submit: the request was refused and no rule says why: a bug, please report it")
+}
+
+// waitsForAcks reports whether c will wait for peers (ack ONE, QUORUM or ALL with at
+// least one peer).
+func (n *Node) waitsForAcks(c *submitCall) bool {
+	return needFor(c.ack, len(*n.links.Load())) > 0
+}
+
+// submitChecked is Submit after readSubmit.
+func (n *Node) submitChecked(ctx context.Context, c *submitCall) error {
+	err := n.submitQueued(ctx, c)
+	if err == nil {
+		err = n.durable(ctx, c.revision) // at once for a request that waited for acks
+	}
+	return err
+}
+
+// submitQueued is submitChecked without the last wait for the disk: a request that
+// waits for acks waits for the disk beside its peers; a QUEUED one returns once its
+// events are queued, and the caller calls durable before it answers (SubmitStream
+// applies the next requests meanwhile, so that they share a commit).
+func (n *Node) submitQueued(ctx context.Context, c *submitCall) error {
+	c.resp.RequestID = c.req.RequestID
+	tasks, err := n.prepare(c)
+	if err != nil {
+		return err
+	}
+	links := *n.links.Load()
+	if need := needFor(c.ack, len(links)); need > 0 && len(tasks) > 0 {
+		return n.submitAndWait(ctx, c, links, tasks, need)
+	}
+	if err := n.offer(ctx, links, tasks); err != nil {
+		return err
+	}
+	c.resp.Satisfied = true
+	return nil
+}
+
+// durable waits, with --data-dir, until the revisions up to rev are on this node's
+// disk (SPEC §14: ack QUEUED means on disk). Concurrent Submits share a commit. rev 0
+// (nothing accepted: stale or refused events are not written) returns at once.
+func (n *Node) durable(ctx context.Context, rev uint64) error {
+	if n.persist == nil || rev == 0 {
+		return nil
+	}
+	return n.persist.wait(ctx, rev)
+}
+
+func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[outEvent]) error {
+	for _, l := range links {
+		if err := l.b.Offer(ctx, tasks); err != nil {
+			return fmt.Errorf("queue for peer %s: %w", l.addr, err)
+		}
+	}
+	return nil
+}
+
+// submitAndWait queues the events and waits, in the purgatory, until need peers have
+// acknowledged all of them, or the wait can no longer succeed, or the deadline passes.
+// The waiters are registered before the events are offered, so no ack is missed.
+func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, tasks []batcher.Task[outEvent], need int) error {
+	peers := make([]string, len(links))
+	for i, l := range links {
+		peers[i] = l.addr
+	}
+	op := newAckOp(peers, need, len(tasks))
+	for i, l := range links {
+		if l.br.State() == breaker.Open {
+			op.fail(i, "circuit breaker open")
+		}
+	}
+	op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
+	keys := n.acks.register(op, tasks)
+	defer n.acks.unregister(op, keys)
+	start := n.cfg.Now()
+	n.purg.TryCompleteElseWatch(op, keys)
+	if err := n.offer(ctx, links, tasks); err != nil {
+		n.purg.Cancel(op)
+		return err
+	}
+	if err := n.durable(ctx, c.revision); err != nil { // while the peers take them
+		n.purg.Cancel(op)
+		return err
+	}
+	select {
+	case <-op.done:
+	case <-ctx.Done():
+		n.purg.Cancel(op) // the caller is gone: forget the operation and its timer
+		return ctx.Err()
+	case <-n.ctx.Done():
+		n.purg.Cancel(op)
+		return ErrClosed
+	}
+	c.resp.PeerAcks, c.resp.Satisfied = op.result()
+	n.ackWait.observe(c.ack, c.resp.Satisfied, n.cfg.Now().Sub(start))
+	return nil
+}
+
+// defaultAckTimeout bounds an ack wait when the request sets none (SPEC §7).
+const defaultAckTimeout = 5 * time.Second
+
+// ackDeadline is now + ack_timeout (default 5s), capped by the call's own deadline less
+// a margin, so that the caller still receives the PeerAck list rather than its own
+// DEADLINE_EXCEEDED.
+func (n *Node) ackDeadline(ctx context.Context, ackTimeout time.Duration) time.Time {
+	now := n.cfg.Now()
+	timeout := defaultAckTimeout
+	if ackTimeout > 0 {
+		timeout = ackTimeout
+	}
+	if d, ok := ctx.Deadline(); ok {
+		left := d.Sub(now)
+		timeout = min(timeout, left-min(left/10, 50*time.Millisecond))
+	}
+	return now.Add(timeout)
+}
+
+// prepare assigns versions, stores each event in the state table as this node's write,
+// and answers each in c.resp. The events the table accepted become tasks for every
+// peer's batcher (shared, read-only); a stale or refused event is not sent.
+func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
+	now := n.cfg.Now()
+	k := len(c.req.Events)
+	next := n.clock.reserve(k)
+	top := next + uint64(k) - 1
+	for i := range c.heads {
+		top = max(top, c.heads[i].Version)
+	}
+	if err := n.clock.cover(top); err != nil { // before any version can leave the node
+		return nil, fmt.Errorf("%w: saving the clock: %v", ErrNotDurable, err)
+	}
+	// Each event, with its version, into a buffer of its own that is never written
+	// again: the table copies it, and the peers are sent these bytes (outEvent).
+	c.bufs = n.out.copyEvents(c.bufs[:0], c.req.Events, c.heads, next)
+	tasks := make([]batcher.Task[outEvent], 0, k)
+	c.resp.Versions = append(c.resp.Versions[:0], make([]uint64, k)...)
+	c.resp.Results = append(c.resp.Results[:0], make([]wire.EventResult, k)...)
+	var counts [subOutcomes]uint64 // added once per request: the atomics are shared
+	defer func() {
+		for i, c := range counts {
+			if c > 0 {
+				n.submitted[i].Add(c)
+			}
+		}
+	}()
+	for i, buf := range c.bufs {
+		h := &c.heads[i]
+		v := h.Version
+		if v == 0 {
+			v = next + uint64(i)
+		} else {
+			n.clock.observe(v) // the app's own version: later ones of ours go above it
+		}
+		c.resp.Versions[i] = v
+		key := buf[h.TaskOff : h.TaskOff+len(h.TaskID)]
+		res := n.table.Put(&state.Write{
+			Key: key, KeyOffset: h.TaskOff, Raw: buf,
+			Stamp: state.Stamp{Version: v, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: h.Deleted,
+		}, now)
+		c.resp.Results[i] = n.eventResult(res)
+		counts[submittedOutcome(res.Outcome)]++
+		if res.Outcome == state.Applied {
+			c.revision = max(c.revision, res.Revision)
+			// The task_id aliases buf, which is never written again (and the string
+			// keeps it alive): no copy of the key per task.
+			id := unsafe.String(unsafe.SliceData(key), len(key))
+			tasks = append(tasks, batcher.Task[outEvent]{ID: id, Value: outEvent{raw: buf, version: v},
+				Submitted: now, Expires: n.expiry(h, now)})
+		}
+	}
+	return tasks, nil
+}
+
+// eventResult is a Put's outcome as the app sees it.
+func (n *Node) eventResult(r state.Result) wire.EventResult {
+	switch r.Outcome {
+	case state.Applied:
+		return wire.EventResult{Outcome: int32(fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED), Revision: r.Revision}
+	case state.Stale:
+		return wire.EventResult{Outcome: int32(fanoutv1.EventOutcome_EVENT_OUTCOME_STALE),
+			CurrentVersion: r.Current.Version, CurrentOrigin: r.Current.Origin}
+	default:
+		return wire.EventResult{Outcome: int32(fanoutv1.EventOutcome_EVENT_OUTCOME_REFUSED), Detail: n.fullDetail()}
+	}
+}
+
+// fullDetail says which bound the state table is at, and what to do.
+func (n *Node) fullDetail() string {
+	st := n.table.Stats()
+	return fmt.Sprintf("state table full: %d of %d keys (--state-max-keys), %d of %d bytes (--state-max-bytes); "+
+		"delete keys or raise the bound", st.Keys, n.cfg.State.MaxKeys, st.Bytes, n.cfg.State.MaxBytes)
+}
+
+// expiry is when the event of h expires unsent: its ttl, or the node's --task-ttl.
+func (n *Node) expiry(h *wire.EventHead, now time.Time) time.Time {
+	ttl := n.cfg.TaskTTL
+	if t := durationOf(h.TTLSeconds, h.TTLNanos); t > 0 {
+		ttl = t
+	}
+	if ttl == 0 {
+		return time.Time{}
+	}
+	return now.Add(ttl)
+}
+
+// outArena holds the bytes of this node's own events on their way to the peers
+// (outEvent.raw). Small events are cut from shared chunks, so that one costs no
+// allocation of its own; a chunk is garbage once no event in it is referenced. The
+// price: a small event still pending for a peer keeps its whole chunk alive, so the
+// bytes pending for the peers (counted by --max-buffer-bytes) can hold up to
+// arenaChunk bytes per pending event more, at most --max-buffer × 4 KiB (40 MiB at
+// the default) per peer, and only when the events around it in the chunk were sent.
+type outArena struct {
+	mu    sync.Mutex
+	chunk []byte // guarded by mu: the unused rest of the current chunk
+}
+
+const (
+	// arenaChunk is the size of a chunk: 4 KiB, about 30 events of 100 bytes each.
+	arenaChunk = 4 << 10
+	// arenaMax is the largest event cut from a chunk: a bigger one gets its own
+	// buffer, and at most arenaMax of a chunk is left unused.
+	arenaMax = 1 << 10
+)
+
+// copyEvents copies each event into a buffer of its own, appending the version
+// next+i to event i when its head has none, and appends the buffers to dst. Each
+// buffer's length is its capacity: an append to one can never reach another.
+func (a *outArena) copyEvents(dst, events [][]byte, heads []wire.EventHead, next uint64) [][]byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, raw := range events {
+		size := len(raw)
+		if heads[i].Version == 0 {
+			size += wire.EventVersionSize(next + uint64(i))
+		}
+		var buf []byte
+		switch {
+		case size > arenaMax:
+			buf = make([]byte, 0, size)
+		case size <= cap(a.chunk):
+			buf, a.chunk = a.chunk[:0:size], a.chunk[size:]
+		default:
+			a.chunk = make([]byte, arenaChunk)
+			buf, a.chunk = a.chunk[:0:size], a.chunk[size:]
+		}
+		buf = append(buf, raw...)
+		if heads[i].Version == 0 {
+			buf = wire.AppendEventVersion(buf, next+uint64(i))
+		}
+		dst = append(dst, buf)
+	}
+	return dst
+}
