@@ -6,6 +6,9 @@
 #
 #   bench/ab.sh NAME A_SIDE "A serve flags" B_SIDE "B serve flags"
 #
+# A_BIN and B_BIN, with A_REV and B_REV, give a side a sidecar built elsewhere (from
+# another revision: bench/rev-ab.sh); by default both run $BIN.
+#
 # Serve flags are given as sidecar bench's --serve-flag=... words, split on spaces.
 #   BIN (/tmp/ab-sidecar, built from HEAD), RUNS (3), DURATION (6s), WARMUP (1s),
 #   WORKLOADS (";"-separated sidecar bench arguments, one workload each:
@@ -18,12 +21,14 @@ name=$1
 sides=("$2" "$4")
 declare -A side_flags=(["$2"]=$3 ["$4"]=$5)
 BIN=${BIN:-/tmp/ab-sidecar}
+declare -A side_bin=(["$2"]=${A_BIN:-$BIN} ["$4"]=${B_BIN:-$BIN})
 RUNS=${RUNS:-3} DURATION=${DURATION:-6s} WARMUP=${WARMUP:-1s} WORKLOADS=${WORKLOADS:---rate 0;--rate 10000}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 results="$OUT/$name-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
-go build -o "$BIN" ./cmd/sidecar
-rev=$(git rev-parse --short HEAD)
+if [ -z "${A_BIN:-}" ] || [ -z "${B_BIN:-}" ]; then go build -o "$BIN" ./cmd/sidecar; fi
+head_rev=$(git rev-parse --short HEAD)
+declare -A side_rev=(["$2"]=${A_REV:-$head_rev} ["$4"]=${B_REV:-$head_rev})
 
 IFS=';' read -ra workloads <<<"$WORKLOADS"
 for w in "${workloads[@]}"; do
@@ -34,10 +39,10 @@ for w in "${workloads[@]}"; do
       read -ra flags <<<"${side_flags[$side]}"
       echo "== $w run $i: $side" >&2
       load=$(cut -d' ' -f1 /proc/loadavg) b0=$(busy_s)
-      json=$("$BIN" bench --spawn 3 --duration "$DURATION" --warmup "$WARMUP" "${wargs[@]}" "${flags[@]}" --json 2>/dev/null | tail -1)
+      json=$("${side_bin[$side]}" bench --spawn 3 --duration "$DURATION" --warmup "$WARMUP" "${wargs[@]}" "${flags[@]}" --json 2>/dev/null | tail -1)
       b1=$(busy_s)
       other=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%.2f" % (float(sys.argv[3])-float(sys.argv[2])-r["node_cpu_seconds"]-r["bench_cpu_seconds"]))' "$json" "$b0" "$b1")
-      echo "{\"workload\":\"$w\",\"side\":\"$side\",\"rev\":\"$rev\",\"run\":$i,\"load1\":$load,\"other_cpu_s\":$other,\"result\":$json}" >>"$results"
+      echo "{\"workload\":\"$w\",\"side\":\"$side\",\"rev\":\"${side_rev[$side]}\",\"run\":$i,\"load1\":$load,\"other_cpu_s\":$other,\"result\":$json}" >>"$results"
     done
   done
 done
