@@ -4,26 +4,32 @@
 //
 // # Life of an event
 //
-// Submit. The app sends a SubmitRequest to FanoutServer.Submit, a thin adapter that
-// calls Node.Submit and maps errors to status codes (toStatus is the only place that
-// picks a code). Node.Submit
+// Submit. The app sends a SubmitRequest; RegisterFanoutServer's Submit handler (and
+// SubmitStream, which reads frames) hands its bytes to the node undecoded, and maps
+// errors to status codes (toStatus is the only place that picks a code). The node
+// (submit.go)
 //
 //  1. refuses everything while draining (ErrDraining → UNAVAILABLE);
-//  2. validates the whole request against Limits before touching anything, so a bad
-//     request is refused with the field named ("events[3].task_id: empty") and nothing
-//     of it is applied;
+//  2. reads the request with internal/wire (ParseSubmit, and readEvent for each event)
+//     and validates the whole of it against Limits before touching anything. A bad
+//     request is then decoded, only to name the field ("events[3].task_id: empty",
+//     validateSubmit's words; FuzzReadSubmit checks that the reader and the decoder
+//     agree), and nothing of it is applied;
 //  3. refuses a version more than a minute ahead of the node's clock, so that no single
 //     write can win a key's last-writer-wins order for good (2^64-1 would);
 //  4. gives every event with version 0 a version from the node's hybrid logical clock
 //     (hlc: wall milliseconds << 16 | counter; monotonic even if the wall clock steps
-//     back), encodes it, and puts it in the state table (package state) as this node's
-//     own write. Each event gets its answer in SubmitResponse.results: ACCEPTED with
+//     back), appends that version to the event's bytes as the app sent them
+//     (wire.AppendEventVersion: no decode, no re-encode), and puts it in the state
+//     table (package state) as this node's own write. Each event gets its answer in SubmitResponse.results: ACCEPTED with
 //     its revision, STALE (the table holds this version or a newer one: the event is
 //     not sent, so [v10, v5] in one request sends v10) or REFUSED (the table is at a
 //     bound);
 //  5. offers the accepted events, as one slice shared read-only by all peers, to every
 //     peer's batcher (package batcher) and returns once each batcher's acceptor has
-//     them.
+//     them. The answer is written from bytes (wire.AppendSubmitResponse). A Submit's
+//     scratch is pooled and small events' bytes are cut from shared chunks (outArena),
+//     so the node's own path allocates a few times per request, not per event.
 //
 // Send. Each peer has a link: its batcher plus a Replicator (package peers). The
 // batcher's workers call link.Process with a batch; Process builds one
