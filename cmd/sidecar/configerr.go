@@ -38,7 +38,6 @@ var configFlags = map[string]string{
 	"batcher.Config.Workers":                  "--workers",
 	"batcher.Config.MaxBatchingDelay":         "--max-batching-delay",
 	"batcher.Config.IdleFlush":                "--batch-idle-flush",
-	"batcher.Config.PartialBatches":           "--partial-batches",
 	"batcher.Config.CongestionRetryDelay":     "--congestion-retry-delay",
 	"batcher.Config.NetworkFailureRetryDelay": "--network-failure-retry-delay",
 	"breaker.Config.Failures":                 "--breaker-failures",

@@ -135,7 +135,6 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--workers=0"}, "--workers: must be > 0"},
 		{[]string{"--max-batching-delay=-1s"}, "--max-batching-delay: must be >= 0"},
 		{[]string{"--batch-idle-flush=-1s"}, "--batch-idle-flush: must be >= 0"},
-		{[]string{"--partial-batches=9"}, "--partial-batches: must be 0 (off) or 1..--workers (8), got 9"},
 		{[]string{"--congestion-retry-delay=-1s"}, "--congestion-retry-delay: must be >= 0"},
 		{[]string{"--network-failure-retry-delay=-1s"}, "--network-failure-retry-delay: must be >= 0"},
 		{[]string{"--breaker-failures=0"}, "--breaker-failures: must be > 0"},

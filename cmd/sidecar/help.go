@@ -22,7 +22,7 @@ func serveFlagGroups() []flagGroup {
 	return []flagGroup{
 		{"Identity and listeners", []string{"node-id", "app-addr", "peer-addr", "admin-addr"}},
 		{"Peers: who they are", []string{"peers", "peers-dns", "peers-refresh", "dns-server", "peer-removal-grace"}},
-		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "partial-batches", "task-ttl", "replicate-stream"}},
+		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl", "replicate-stream"}},
 		{"Failures: timeouts, pauses and breakers", []string{"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
 			"breaker-failures", "breaker-open", "breaker-probes"}},
 		{"State table and limits", []string{"state-max-keys", "state-max-bytes", "tombstone-ttl", "max-event-bytes", "max-request-bytes"}},

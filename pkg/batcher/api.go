@@ -148,14 +148,6 @@ type Config[T any] struct {
 	// MaxBatchingDelay. Retries are not arrivals. No effect when MaxBatchingDelay
 	// is 0. Default 0: off, Eureka's pacing exactly (Eureka has no such rule).
 	IdleFlush time.Duration
-	// PartialBatches (ours, Nagle's rule for batches): while this many workers are
-	// busy, a batch that is not full (fewer than MaxBatch tasks and MaxBatchBytes)
-	// is not due: its tasks wait for a completion, and fill meanwhile. A full batch
-	// is due whenever a worker is idle. At a low rate nothing changes (a worker is
-	// idle, the batch goes at once); under load, the batches grow instead of the
-	// number of calls, so each event costs a fraction of a call. 0: no such rule,
-	// every idle worker takes what is ready. It applies with MaxBatchingDelay too.
-	PartialBatches int
 	// Workers is the number of concurrent sends to this peer. Default 8, chosen by
 	// BenchmarkPipeline (docs/BENCHMARKS.md); Eureka uses 20.
 	Workers int

@@ -88,9 +88,6 @@ func (c *Config[T]) validateSizes() error {
 			return configerr.New(f.name, "must be > 0, got %d", f.v)
 		}
 	}
-	if c.PartialBatches < 0 || c.PartialBatches > c.Workers {
-		return configerr.New("batcher.Config.PartialBatches", "must be 0 (off) or 1..batcher.Config.Workers (%d), got %d", c.Workers, c.PartialBatches)
-	}
 	if c.MaxBatch > c.MaxBuffer {
 		return configerr.New("batcher.Config.MaxBatch", "must be <= batcher.Config.MaxBuffer (%d), got %d", c.MaxBuffer, c.MaxBatch)
 	}

@@ -41,8 +41,6 @@ type core[T any] struct {
 	size           func(T) int              // Config.Size; may be nil: every task measures 0
 	delay          time.Duration            // MaxBatchingDelay
 	idleFlush      time.Duration            // IdleFlush; used only while delay > 0
-	workers        int                      // Workers
-	partial        int                      // PartialBatches; 0: off. Invariant: 0 <= partial <= workers
 	gate           Gate                     // may be nil
 	newer          func(a, b *Task[T]) bool // Config.Newer; may be nil: see keeps
 	onFinal        func(*Task[T], Fate)
@@ -102,8 +100,6 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		size:            cfg.Size,
 		delay:           cfg.MaxBatchingDelay,
 		idleFlush:       cfg.IdleFlush,
-		workers:         cfg.Workers,
-		partial:         cfg.PartialBatches,
 		gate:            cfg.Gate,
 		newer:           cfg.Newer,
 		onFinal:         cfg.OnFinal,
@@ -299,37 +295,20 @@ func (c *core[T]) hold(now time.Time) time.Duration {
 }
 
 // due reports whether a batch is due: a full batch is ready (batchLimit tasks, or
-// batchBytesLimit bytes), or, unless PartialBatches workers are busy (partialHeld),
-// the oldest ready task has waited MaxBatchingDelay (at once when the delay is 0), or
-// (ours, when IdleFlush > 0) no task has been accepted for IdleFlush: the
-// submissions went quiet, so waiting longer can coalesce nothing more.
+// batchBytesLimit bytes), or the oldest ready task has waited MaxBatchingDelay (at once when
+// the delay is 0), or (ours, when IdleFlush > 0) no task has been accepted for
+// IdleFlush: the submissions went quiet, so waiting longer can coalesce nothing more.
 func (c *core[T]) due(now time.Time) bool {
 	ready := c.order.n - c.parked
 	switch {
 	case ready == 0:
 		return false
-	case c.full():
-		return true
-	case c.partialHeld():
-		return false
-	case c.delay <= 0:
+	case ready >= c.batchLimit || c.bytes-c.parkedBytes >= c.batchBytesLimit || c.delay <= 0:
 		return true
 	case c.idleFlush > 0 && now.Sub(c.lastAccept) >= c.idleFlush:
 		return true
 	}
 	return now.Sub(c.firstReady().arrived) >= c.delay
-}
-
-// full reports whether a full batch is ready: batchLimit tasks, or batchBytesLimit
-// bytes.
-func (c *core[T]) full() bool {
-	return c.order.n-c.parked >= c.batchLimit || c.bytes-c.parkedBytes >= c.batchBytesLimit
-}
-
-// partialHeld reports whether PartialBatches holds a batch that is not full: that
-// many workers are busy. Only a completion (or arrivals that fill a batch) ends it.
-func (c *core[T]) partialHeld() bool {
-	return c.partial > 0 && c.workers-c.idle >= c.partial && !c.full()
 }
 
 // dueAt is when the passing of time alone makes due true, for a core with fewer
@@ -590,17 +569,13 @@ func (c *core[T]) stopAll() {
 // at the end of a hold, or when a batch becomes due (the oldest ready task has
 // waited MaxBatchingDelay, or the submissions have been quiet for IdleFlush,
 // whichever comes first). It reports false when only a completion can help (no
-// idle worker, nothing ready, or PartialBatches holds what is ready: then a
-// completion, or an Offer that fills a batch, wakes the acceptor).
+// idle worker, or nothing ready).
 func (c *core[T]) nextWake(now time.Time) (time.Duration, bool) {
 	if c.idle == 0 || c.order.n == c.parked {
 		return 0, false
 	}
 	if d := c.hold(now); d > 0 {
 		return d, true
-	}
-	if c.partialHeld() {
-		return 0, false
 	}
 	if c.due(now) {
 		return 0, true

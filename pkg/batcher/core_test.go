@@ -1008,38 +1008,3 @@ func TestCoreOnFinalNil(t *testing.T) {
 		t.Errorf("stats = %+v", s)
 	}
 }
-
-// TestPartialBatches: with PartialBatches 1, a batch that is not full goes only while
-// no worker is busy; the tasks that arrive meanwhile wait and fill, a full batch goes
-// to an idle worker at once, and a completion releases what waits as one batch.
-func TestPartialBatches(t *testing.T) {
-	h := newHarness(t, func(c *Config[int]) { c.MaxBatch, c.Workers, c.PartialBatches = 3, 3, 1 })
-	h.offer(tk("a", 1))
-	if got := h.assign(); !equalBatches(got, [][]string{{"a:1"}}) {
-		t.Fatalf("idle: %q, want a alone at once", got)
-	}
-	h.offer(tk("b", 2))
-	h.offer(tk("c", 3))
-	if got := h.assign(); len(got) != 0 {
-		t.Fatalf("one worker busy: %q, want b and c to wait", got)
-	}
-	if _, ok := h.c.nextWake(h.now); ok {
-		t.Fatal("nextWake: only a completion or a full batch can help, want no timer")
-	}
-	h.offer(tk("d", 4))
-	if got := h.assign(); !equalBatches(got, [][]string{{"b:2", "c:3", "d:4"}}) {
-		t.Fatalf("a full batch: %q, want it on an idle worker at once", got)
-	}
-	h.offer(tk("e", 5), tk("f", 6))
-	if got := h.assign(); len(got) != 0 {
-		t.Fatalf("two busy: %q, want e and f to wait", got)
-	}
-	h.ok(0)
-	if got := h.assign(); len(got) != 0 {
-		t.Fatalf("one still busy: %q, want e and f to wait", got)
-	}
-	h.ok(0)
-	if got := h.assign(); !equalBatches(got, [][]string{{"e:5", "f:6"}}) {
-		t.Fatalf("all idle: %q, want e and f as one batch", got)
-	}
-}

@@ -198,27 +198,7 @@ func (m *refModel) due(now time.Time) bool {
 	// The idle flush: with a window, the offers have been quiet for IdleFlush.
 	quiet := m.cfg.MaxBatchingDelay > 0 && m.cfg.IdleFlush > 0 && now.Sub(m.lastOffer) >= m.cfg.IdleFlush
 	full := len(ready) >= m.limit || readyBytes >= m.byteLimit
-	if !full && m.partialHeld() {
-		return false
-	}
 	return full || now.Sub(ready[0]) >= m.cfg.MaxBatchingDelay || quiet
-}
-
-// partialHeld: PartialBatches workers are busy, so only a full batch may go.
-func (m *refModel) partialHeld() bool {
-	return m.cfg.PartialBatches > 0 && m.cfg.Workers-m.idle >= m.cfg.PartialBatches
-}
-
-// full reports whether the ready tasks make a full batch.
-func (m *refModel) full() bool {
-	n, size := 0, 0
-	for _, t := range m.pending {
-		if !m.flying(t.ID) {
-			n++
-			size += m.size(t)
-		}
-	}
-	return n >= m.limit || size >= m.byteLimit
 }
 
 // hasReady reports whether some pending task is not in flight.
@@ -375,47 +355,39 @@ func TestCoreMatchesModel(t *testing.T) {
 		delay, idle            time.Duration
 		newer                  bool
 		bufBytes, batchBytes   int // with Size (testSize) when bufBytes > 0
-		partial                int // PartialBatches
 	}{
-		{4, 1, 1, 0, 0, false, 0, 0, 0},
-		{5, 2, 2, 0, 0, false, 0, 0, 0},
-		{8, 3, 3, 0, 0, false, 0, 0, 0},
-		{6, 4, 2, 30 * time.Millisecond, 0, false, 0, 0, 0},
-		{3, 3, 4, 10 * time.Millisecond, 0, false, 0, 0, 0},
-		{5, 2, 2, 0, 50 * time.Millisecond, false, 0, 0, 0}, // IdleFlush without a window: no effect
-		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false, 0, 0, 0},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false, 0, 0, 0},
-		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false, 0, 0, 0}, // the window first
-		{4, 1, 1, 0, 0, true, 0, 0, 0},
-		{5, 2, 2, 0, 0, true, 0, 0, 0},
-		{8, 3, 3, 0, 0, true, 0, 0, 0},
-		{6, 4, 2, 30 * time.Millisecond, 0, true, 0, 0, 0},
-		{3, 3, 4, 10 * time.Millisecond, 0, true, 0, 0, 0},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 0, 0, 0},
+		{4, 1, 1, 0, 0, false, 0, 0},
+		{5, 2, 2, 0, 0, false, 0, 0},
+		{8, 3, 3, 0, 0, false, 0, 0},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 0, 0},
+		{3, 3, 4, 10 * time.Millisecond, 0, false, 0, 0},
+		{5, 2, 2, 0, 50 * time.Millisecond, false, 0, 0}, // IdleFlush without a window: no effect
+		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false, 0, 0},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false, 0, 0},
+		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false, 0, 0}, // the window first
+		{4, 1, 1, 0, 0, true, 0, 0},
+		{5, 2, 2, 0, 0, true, 0, 0},
+		{8, 3, 3, 0, 0, true, 0, 0},
+		{6, 4, 2, 30 * time.Millisecond, 0, true, 0, 0},
+		{3, 3, 4, 10 * time.Millisecond, 0, true, 0, 0},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 0, 0},
 		// Bytes: buffers and batches that fill in bytes before they fill in tasks,
 		// tasks bigger than a batch, and some bigger than the buffer (testSize).
-		{8, 5, 2, 0, 0, false, 20, 8, 0},
-		{8, 8, 3, 0, 0, true, 30, 30, 0},
-		{6, 4, 2, 30 * time.Millisecond, 0, false, 16, 5, 0},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 25, 12, 0},
-		{10, 10, 1, 0, 0, true, 12, 1, 0},
-		// PartialBatches: a batch that is not full waits while that many workers are busy.
-		{8, 3, 3, 0, 0, false, 0, 0, 1},
-		{8, 3, 4, 0, 0, true, 0, 0, 2},
-		{6, 4, 3, 30 * time.Millisecond, 0, false, 0, 0, 1},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 0, 0, 2},
-		{8, 5, 2, 0, 0, false, 20, 8, 1},
-		{10, 10, 3, 0, 0, true, 12, 1, 3},
+		{8, 5, 2, 0, 0, false, 20, 8},
+		{8, 8, 3, 0, 0, true, 30, 30},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 16, 5},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 25, 12},
+		{10, 10, 1, 0, 0, true, 12, 1},
 	} {
-		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v/newer=%v/partial=%d",
-			mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle, mc.newer, mc.partial)
+		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v/newer=%v",
+			mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle, mc.newer)
 		if mc.bufBytes > 0 {
 			name += fmt.Sprintf("/bufbytes=%d/batchbytes=%d", mc.bufBytes, mc.batchBytes)
 		}
 		t.Run(name, func(t *testing.T) {
 			mod := func(c *Config[int]) {
 				c.MaxBuffer, c.MaxBatch, c.Workers = mc.buffer, mc.batch, mc.workers
-				c.MaxBatchingDelay, c.IdleFlush, c.PartialBatches = mc.delay, mc.idle, mc.partial
+				c.MaxBatchingDelay, c.IdleFlush = mc.delay, mc.idle
 				if mc.newer {
 					c.Newer = byVersion
 				}
@@ -504,7 +476,7 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 func checkWake(t *testing.T, step int, h *harness, m *refModel) {
 	t.Helper()
 	d, ok := h.c.nextWake(h.now)
-	if want := m.idle > 0 && m.hasReady() && (m.paused(h.now) || m.full() || !m.partialHeld()); ok != want {
+	if want := m.idle > 0 && m.hasReady(); ok != want {
 		t.Fatalf("step %d: nextWake ok = %v, model: idle %d, ready %v", step, ok, m.idle, m.hasReady())
 	}
 	if !ok {

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // benchPair starts receiver "b" on a real loopback TCP listener and origin "a" whose
@@ -87,26 +84,7 @@ var protocols = []struct {
 	unary bool
 }{{"stream", false}, {"unary", true}}
 
-// appendSubmitRequest appends a SubmitRequest of k events with task_ids t-<first>...
-// and the payload, as an app's client would encode it, without allocating: the
-// benchmarks give the node the request's bytes, as its app listener does.
-func appendSubmitRequest(b []byte, first, k int, payload []byte) []byte {
-	var ev, idb [64]byte
-	for i := range k {
-		e := protowire.AppendTag(ev[:0], wire.EventTaskID, protowire.BytesType)
-		id := strconv.AppendInt(append(idb[:0], "t-"...), int64(first+i), 10)
-		e = protowire.AppendBytes(e, id)
-		b = protowire.AppendTag(b, wire.SubmitRequestEvents, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(len(e)+protowire.SizeTag(wire.EventPayload)+protowire.SizeBytes(len(payload))))
-		b = append(b, e...)
-		b = protowire.AppendTag(b, wire.EventPayload, protowire.BytesType)
-		b = protowire.AppendBytes(b, payload)
-	}
-	return b
-}
-
-// BenchmarkPipeline measures events/s from a Submit's bytes (Node.submitFrame, what the
-// app listener runs) on one node to the subscriber
+// BenchmarkPipeline measures events/s from Node.Submit on one node to the subscriber
 // queue of its peer over loopback gRPC, unique task_ids, 100-byte payloads, by workers
 // per peer and by protocol (ReplicateStream or unary Replicate calls). It is how the
 // default of --workers was chosen (docs/BENCHMARKS.md).
@@ -125,18 +103,20 @@ func BenchmarkPipeline(b *testing.B) {
 				b.ResetTimer()
 				start := time.Now()
 				go func() {
-					f := new(peers.Frame)
 					for i := 0; i < b.N; i += perReq {
-						k := min(perReq, b.N-i)
-						for range k {
+						req := &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, min(perReq, b.N-i))}
+						for k := range req.Events {
 							window <- struct{}{}
+							req.Events[k] = &fanoutv1.Event{TaskId: fmt.Sprintf("t-%d", i+k), Payload: payload}
 						}
-						f.B = appendSubmitRequest(f.B[:0], i, k, payload)
-						if _, err := na.submitFrame(context.Background(), f); err != nil {
+						resp, err := na.Submit(context.Background(), req)
+						if err != nil {
 							panic(err)
 						}
-						if got := na.submitted[subAccepted].Load(); got != uint64(i+k) {
-							panic(fmt.Sprintf("%d of %d events accepted: the benchmark would wait for the others forever", got, i+k))
+						for _, r := range resp.Results {
+							if r.Outcome != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED {
+								panic(fmt.Sprintf("an event was not accepted, the benchmark would wait for it forever: %v", r))
+							}
 						}
 					}
 				}()
@@ -150,7 +130,7 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 }
 
-// BenchmarkRoundTrip measures one event at a time from a Submit's bytes to the peer's
+// BenchmarkRoundTrip measures one event at a time from Node.Submit to the peer's
 // subscriber queue (the next is submitted once the last arrived): the fixed cost of a
 // batch of one, where a unary call's headers, trailers and stream setup weigh most.
 // ns/op is the latency of the path; allocs/op counts both nodes.
@@ -162,10 +142,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 			payload := make([]byte, 100)
 			b.ReportAllocs()
 			b.ResetTimer()
-			f := new(peers.Frame)
 			for i := range b.N {
-				f.B = appendSubmitRequest(f.B[:0], i, 1, payload)
-				if _, err := na.submitFrame(context.Background(), f); err != nil {
+				req := &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: fmt.Sprintf("t-%d", i), Payload: payload}}}
+				if _, err := na.Submit(context.Background(), req); err != nil {
 					b.Fatal(err)
 				}
 				<-got
