@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# CPU profiles of a running mesh under one workload: three `serve` nodes of BIN on free
+# loopback ports (with --pprof-addr), `BIN bench --app-addrs` against them with the
+# given bench arguments, and PROFILE_SECONDS of CPU profile from PROFILE_AT seconds in,
+# at once, of node 0 (the origin), node 1 (a receiver) and the bench client. Keeps
+# the three profiles in $OUT and prints, for each, the CPU seconds sampled and the
+# top functions by cumulative share. It is how the "why" of a missed target in
+# docs/BENCHMARKS.md is found.
+#
+#   bench/profile.sh [bench args...]     e.g. bench/profile.sh --rate 0 --batch 10
+#   BIN (built from HEAD into /tmp/profile-sidecar), SERVE_FLAGS, DURATION (12s),
+#   PROFILE_AT (3), PROFILE_SECONDS (6), OUT (/tmp/fanout-profiles)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-/tmp/profile-sidecar}
+DURATION=${DURATION:-12s} PROFILE_AT=${PROFILE_AT:-3} PROFILE_SECONDS=${PROFILE_SECONDS:-6}
+OUT=${OUT:-/tmp/fanout-profiles}
+read -ra serve_flags <<<"${SERVE_FLAGS:-}"
+mkdir -p "$OUT"
+[ "$BIN" = /tmp/profile-sidecar ] && go build -o "$BIN" ./cmd/sidecar
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+trap stop EXIT
+apps=() admins=() peers=() profs=()
+for i in 0 1 2; do
+  apps+=("127.0.0.1:$(free_port)") admins+=("127.0.0.1:$(free_port)") peers+=("127.0.0.1:$(free_port)") profs+=("127.0.0.1:$(free_port)")
+done
+all=$(IFS=,; echo "${peers[*]}")
+for i in 0 1 2; do
+  "$BIN" serve --node-id "prof-$i" --app-addr "${apps[$i]}" --peer-addr "${peers[$i]}" --admin-addr "${admins[$i]}" \
+    --pprof-addr "${profs[$i]}" --peers "$all" --log-level warn "${serve_flags[@]}" 2>/dev/null &
+  pids+=($!)
+done
+for i in 0 1 2; do
+  for _ in $(seq 100); do curl -sf "http://${admins[$i]}/healthz" >/dev/null && break; sleep 0.1; done
+done
+origin="$OUT/$stamp-origin.pb.gz" recv="$OUT/$stamp-receiver.pb.gz" client="$OUT/$stamp-client.pb.gz"
+(sleep "$PROFILE_AT"; curl -sf -o "$origin" "http://${profs[0]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+c0=$!
+(sleep "$PROFILE_AT"; curl -sf -o "$recv" "http://${profs[1]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+c1=$!
+"$BIN" bench --app-addrs "$(IFS=,; echo "${apps[*]}")" --duration "$DURATION" --warmup 1s --cpuprofile "$client" "$@" --json 2>/dev/null | tail -1
+wait "$c0" "$c1"
+stop
+for p in "$origin" "$recv" "$client"; do
+  echo "== $p"
+  go tool pprof -top -cum -nodecount=45 "$p" 2>/dev/null | sed -n '4,50p'
+done
