@@ -11,6 +11,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -240,5 +241,47 @@ func TestPeerMessageBytes(t *testing.T) {
 	}
 	if def := DefaultConfig(); def.PeerMessageBytes() > 6<<20 {
 		t.Errorf("default PeerMessageBytes = %d, want about 5 MiB", def.PeerMessageBytes())
+	}
+}
+
+// TestOutArena: each event gets a buffer of its own holding its bytes and, without a
+// version, the version next+i; a buffer's capacity is its length, so no append can
+// reach a neighbour; small events share chunks, a big one has its own buffer.
+func TestOutArena(t *testing.T) {
+	var a outArena
+	small, _ := proto.Marshal(&fanoutv1.Event{TaskId: "s", Payload: []byte("x")})
+	versioned, _ := proto.Marshal(&fanoutv1.Event{TaskId: "v", Version: 9})
+	big, _ := proto.Marshal(&fanoutv1.Event{TaskId: "b", Payload: make([]byte, arenaMax)})
+	events := [][]byte{small, versioned, big, small}
+	heads := make([]wire.EventHead, len(events))
+	for i, e := range events {
+		h, ok := wire.ReadEvent(e)
+		if !ok {
+			t.Fatal("unreadable event")
+		}
+		heads[i] = h
+	}
+	var bufs [][]byte
+	for round := range arenaChunk / len(small) * 2 { // past several chunks
+		bufs = a.copyEvents(bufs[:0], events, heads, 100)
+		for i, buf := range bufs {
+			if len(buf) != cap(buf) {
+				t.Fatalf("round %d event %d: len %d cap %d", round, i, len(buf), cap(buf))
+			}
+			var ev fanoutv1.Event
+			if err := proto.Unmarshal(buf, &ev); err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(100 + i)
+			if heads[i].Version != 0 {
+				want = heads[i].Version
+			}
+			if ev.Version != want || !bytes.HasPrefix(buf, events[i]) {
+				t.Fatalf("round %d event %d: version %d, want %d; prefix kept %v", round, i, ev.Version, want, bytes.HasPrefix(buf, events[i]))
+			}
+		}
+		if &bufs[0][0] == &bufs[3][0] {
+			t.Fatal("two events share a buffer")
+		}
 	}
 }

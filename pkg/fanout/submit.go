@@ -444,30 +444,39 @@ const (
 
 // copyEvents copies each event into a buffer of its own, appending the version
 // next+i to event i when its head has none, and appends the buffers to dst. Each
-// buffer's length is its capacity: an append to one can never reach another.
+// buffer's length is its capacity: an append to one can never reach another. The
+// lock is held only to cut the small events' buffers from the chunk; the copying,
+// and a big event's allocation, happen outside it.
 func (a *outArena) copyEvents(dst, events [][]byte, heads []wire.EventHead, next uint64) [][]byte {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for i, raw := range events {
-		size := len(raw)
+	first := len(dst)
+	sizeOf := func(i int) int {
 		if heads[i].Version == 0 {
-			size += wire.EventVersionSize(next + uint64(i))
+			return len(events[i]) + wire.EventVersionSize(next+uint64(i))
 		}
+		return len(events[i])
+	}
+	a.mu.Lock()
+	for i := range events {
 		var buf []byte
-		switch {
-		case size > arenaMax:
-			buf = make([]byte, 0, size)
-		case size <= cap(a.chunk):
+		if size := sizeOf(i); size <= arenaMax {
+			if size > cap(a.chunk) {
+				a.chunk = make([]byte, arenaChunk)
+			}
 			buf, a.chunk = a.chunk[:0:size], a.chunk[size:]
-		default:
-			a.chunk = make([]byte, arenaChunk)
-			buf, a.chunk = a.chunk[:0:size], a.chunk[size:]
+		}
+		dst = append(dst, buf) // nil for a big event: allocated below
+	}
+	a.mu.Unlock()
+	for i, raw := range events {
+		buf := dst[first+i]
+		if buf == nil {
+			buf = make([]byte, 0, sizeOf(i))
 		}
 		buf = append(buf, raw...)
 		if heads[i].Version == 0 {
 			buf = wire.AppendEventVersion(buf, next+uint64(i))
 		}
-		dst = append(dst, buf)
+		dst[first+i] = buf
 	}
 	return dst
 }
