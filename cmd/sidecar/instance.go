@@ -13,12 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -89,11 +89,11 @@ type instance struct {
 func startInstance(c instanceConfig) (*instance, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Handling-time histograms: every RPC's latency by service and method, on the
-	// same buckets as the node's own latencies.
-	buckets := grpcprom.WithHistogramBuckets(fanout.LatencyBuckets())
-	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(buckets))
-	cliMetrics := grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram(buckets))
+	// go-grpc-middleware's gRPC metrics (internal/grpcmetrics: the same series, a
+	// stream message without a label lookup). Handling-time histograms: every RPC's
+	// latency by service and method, on the same buckets as the node's own latencies.
+	srvMetrics := grpcmetrics.NewServer(fanout.LatencyBuckets())
+	cliMetrics := grpcmetrics.NewClient(fanout.LatencyBuckets())
 	reg.MustRegister(srvMetrics, cliMetrics, buildInfoGauge(buildInfo()))
 
 	// Message bounds (gRPC refuses a bigger message with RESOURCE_EXHAUSTED before it
@@ -263,7 +263,7 @@ type msgSizes struct{ recv, send int }
 // newGRPCServer makes a listener's gRPC server with its metrics, panic recovery and,
 // if authFn is set, that check on every call but the health service's (Kubernetes'
 // gRPC probes send no metadata).
-func newGRPCServer(log *slog.Logger, m *grpcprom.ServerMetrics, sizes msgSizes, creds credentials.TransportCredentials,
+func newGRPCServer(log *slog.Logger, m *grpcmetrics.Metrics, sizes msgSizes, creds credentials.TransportCredentials,
 	authFn auth.AuthFunc, h *health.Server) *grpc.Server {
 	recov := panicRecovery(log)
 	unary := []grpc.UnaryServerInterceptor{m.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(recov)}

@@ -1,0 +1,201 @@
+// Package grpcmetrics is the Prometheus metrics of the sidecar's gRPC servers and
+// connections: the metrics of go-grpc-middleware's providers/prometheus, with the
+// same names, help, labels and buckets (TestSameAsTheLibrary compares the two on the
+// same calls), through the library's own interceptors (interceptors.Reportable).
+//
+// The difference is the cost of a stream message. The library looks a message's
+// counter up by its labels (CounterVec.WithLabelValues: hashing, a lock, a map) for
+// every message of every stream; a ReplicateStream or SubmitStream carries hundreds
+// of thousands a second, and the lookups were 6-8 % of a node's CPU at one event per
+// send (docs/BENCHMARKS.md). Here a call looks each message counter up once, at its
+// first message, and every later message is one atomic add.
+package grpcmetrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// Metrics counts the calls of one side, server or client: started, handled (by
+// code), stream messages received and sent, and a histogram of handling time. It is
+// a prometheus.Collector.
+type Metrics struct {
+	server   bool
+	started  *prometheus.CounterVec   // grpc_type, grpc_service, grpc_method
+	handled  *prometheus.CounterVec   // ... and grpc_code
+	received *prometheus.CounterVec   // grpc_type, grpc_service, grpc_method
+	sent     *prometheus.CounterVec   // grpc_type, grpc_service, grpc_method
+	handling *prometheus.HistogramVec // grpc_type, grpc_service, grpc_method
+}
+
+var (
+	callLabels = []string{"grpc_type", "grpc_service", "grpc_method"}
+	codeLabels = []string{"grpc_type", "grpc_service", "grpc_method", "grpc_code"}
+)
+
+// NewServer returns the metrics of a server (grpc_server_*), with the handling-time
+// histogram's buckets.
+func NewServer(buckets []float64) *Metrics {
+	return &Metrics{
+		server: true,
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_started_total",
+			Help: "Total number of RPCs started on the server."}, callLabels),
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_handled_total",
+			Help: "Total number of RPCs completed on the server, regardless of success or failure."}, codeLabels),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_received_total",
+			Help: "Total number of RPC stream messages received on the server."}, callLabels),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_sent_total",
+			Help: "Total number of gRPC stream messages sent by the server."}, callLabels),
+		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_server_handling_seconds",
+			Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+			Buckets: buckets}, callLabels),
+	}
+}
+
+// NewClient returns the metrics of a client (grpc_client_*), with the handling-time
+// histogram's buckets.
+func NewClient(buckets []float64) *Metrics {
+	return &Metrics{
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_started_total",
+			Help: "Total number of RPCs started on the client."}, callLabels),
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_handled_total",
+			Help: "Total number of RPCs completed by the client, regardless of success or failure."}, codeLabels),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_msg_received_total",
+			Help: "Total number of RPC stream messages received by the client."}, callLabels),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_msg_sent_total",
+			Help: "Total number of gRPC stream messages sent by the client."}, callLabels),
+		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_client_handling_seconds",
+			Help:    "Histogram of response latency (seconds) of the gRPC until it is finished by the application.",
+			Buckets: buckets}, callLabels),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.started.Describe(ch)
+	m.handled.Describe(ch)
+	m.received.Describe(ch)
+	m.sent.Describe(ch)
+	m.handling.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.started.Collect(ch)
+	m.handled.Collect(ch)
+	m.received.Collect(ch)
+	m.sent.Collect(ch)
+	m.handling.Collect(ch)
+}
+
+// UnaryServerInterceptor counts a server's unary calls.
+func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return interceptors.UnaryServerInterceptor(m)
+}
+
+// StreamServerInterceptor counts a server's streams and their messages.
+func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return interceptors.StreamServerInterceptor(m)
+}
+
+// UnaryClientInterceptor counts a connection's unary calls.
+func (m *Metrics) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return interceptors.UnaryClientInterceptor(m)
+}
+
+// StreamClientInterceptor counts a connection's streams and their messages.
+func (m *Metrics) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return interceptors.StreamClientInterceptor(m)
+}
+
+// InitializeMetrics creates every series of a server's methods at zero, as the
+// library's does, so that they show before the first call.
+func (m *Metrics) InitializeMetrics(s interface {
+	GetServiceInfo() map[string]grpc.ServiceInfo
+}) {
+	for service, info := range s.GetServiceInfo() {
+		for _, mi := range info.Methods {
+			typ := string(typeOf(mi))
+			m.started.WithLabelValues(typ, service, mi.Name)
+			m.received.WithLabelValues(typ, service, mi.Name)
+			m.sent.WithLabelValues(typ, service, mi.Name)
+			m.handling.WithLabelValues(typ, service, mi.Name)
+			for _, code := range interceptors.AllCodes {
+				m.handled.WithLabelValues(typ, service, mi.Name, code.String())
+			}
+		}
+	}
+}
+
+func typeOf(mi grpc.MethodInfo) interceptors.GRPCType {
+	switch {
+	case !mi.IsClientStream && !mi.IsServerStream:
+		return interceptors.Unary
+	case mi.IsClientStream && !mi.IsServerStream:
+		return interceptors.ClientStream
+	case !mi.IsClientStream && mi.IsServerStream:
+		return interceptors.ServerStream
+	}
+	return interceptors.BidiStream
+}
+
+// ServerReporter implements interceptors.ServerReportable.
+func (m *Metrics) ServerReporter(ctx context.Context, meta interceptors.CallMeta) (interceptors.Reporter, context.Context) {
+	return m.start(meta), ctx
+}
+
+// ClientReporter implements interceptors.ClientReportable.
+func (m *Metrics) ClientReporter(ctx context.Context, meta interceptors.CallMeta) (interceptors.Reporter, context.Context) {
+	return m.start(meta), ctx
+}
+
+// start counts a call as started.
+func (m *Metrics) start(meta interceptors.CallMeta) *call {
+	m.started.WithLabelValues(string(meta.Typ), meta.Service, meta.Method).Inc()
+	return &call{m: m, meta: meta}
+}
+
+// call reports one call's messages and end. Its message counters are looked up at
+// its first message of each direction (so a call that sends none creates no series,
+// as with the library) and kept. gRPC sends (and receives) one message at a time on
+// a stream, so each is written by one goroutine at a time.
+type call struct {
+	m              *Metrics
+	meta           interceptors.CallMeta
+	received, sent prometheus.Counter
+}
+
+func (c *call) PostCall(err error, d time.Duration) {
+	s, ok := status.FromError(err)
+	if !ok { // as gRPC itself does: a context error is its status
+		s = status.FromContextError(err)
+	}
+	typ := string(c.meta.Typ)
+	c.m.handled.WithLabelValues(typ, c.meta.Service, c.meta.Method, s.Code().String()).Inc()
+	c.m.handling.WithLabelValues(typ, c.meta.Service, c.meta.Method).Observe(d.Seconds())
+}
+
+func (c *call) PostMsgSend(_ any, err error, _ time.Duration) {
+	if err != nil {
+		return
+	}
+	if c.sent == nil {
+		c.sent = c.m.sent.WithLabelValues(string(c.meta.Typ), c.meta.Service, c.meta.Method)
+	}
+	c.sent.Inc()
+}
+
+func (c *call) PostMsgReceive(_ any, err error, _ time.Duration) {
+	if err != nil {
+		return
+	}
+	if c.received == nil {
+		c.received = c.m.received.WithLabelValues(string(c.meta.Typ), c.meta.Service, c.meta.Method)
+	}
+	c.received.Inc()
+}
