@@ -117,7 +117,9 @@ func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*peers.Frame) 
 		maxBytes = defaultBatchBytes
 	}
 	return &watch{n: n, prefix: []byte(req.GetTaskIdPrefix()), self: n.cfg.NodeID, send: send,
-		buf: make([]state.Entry, 0, min(maxEntries, 1024)), maxEntries: maxEntries, maxBytes: maxBytes}
+		// One more than a response takes: Table.Next reads the entry past a full
+		// response before it gives it back.
+		buf: make([]state.Entry, 0, min(maxEntries, 1024)+1), maxEntries: maxEntries, maxBytes: maxBytes}
 }
 
 // scanFrom is a scan of this stream after revision after (up to upTo if not 0), with
@@ -177,6 +179,7 @@ func (w *watch) step(ctx context.Context, s *state.Scan) error {
 		w.f.B = appendBatch(w.f.B[:0], batch)
 	}
 	clear(batch) // drop the arena references for the GC
+	w.buf = batch[:0] // the next step reuses what this one grew
 	if err := w.send(&w.f); err != nil {
 		return err
 	}
