@@ -178,7 +178,7 @@ func (w *watch) step(ctx context.Context, s *state.Scan) error {
 	} else {
 		w.f.B = appendBatch(w.f.B[:0], batch)
 	}
-	clear(batch) // drop the arena references for the GC
+	clear(batch)      // drop the arena references for the GC
 	w.buf = batch[:0] // the next step reuses what this one grew
 	if err := w.send(&w.f); err != nil {
 		return err
