@@ -149,6 +149,9 @@ func TestPeerSetChanges(t *testing.T) {
 		t.Fatalf("ack ALL waiting for removed c: %v, want DROPPED peer removed", pa)
 	}
 	waitFor(t, "c's link to close", func() bool { return peerByAddr(a.node.Status(), "c") == nil })
+	// The link leaves the status as its grace ends, just before it is closed and what
+	// it dropped is counted (startLeaving): wait for the count, then check it.
+	waitFor(t, "c's drops to be counted", func() bool { return a.node.members.dropped.Load() > 0 })
 	if got := a.node.members.dropped.Load(); got != 1 {
 		t.Fatalf("dropped for removed peers = %d, want 1 (stuck)", got)
 	}
