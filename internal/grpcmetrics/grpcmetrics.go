@@ -25,7 +25,6 @@ import (
 // code), stream messages received and sent, and a histogram of handling time. It is
 // a prometheus.Collector.
 type Metrics struct {
-	server   bool
 	started  *prometheus.CounterVec   // grpc_type, grpc_service, grpc_method
 	handled  *prometheus.CounterVec   // ... and grpc_code
 	received *prometheus.CounterVec   // grpc_type, grpc_service, grpc_method
@@ -38,40 +37,47 @@ var (
 	codeLabels = []string{"grpc_type", "grpc_service", "grpc_method", "grpc_code"}
 )
 
+// side is what differs between a server's metrics and a client's: the names' prefix
+// and the help texts, word for word the library's.
+type side struct {
+	prefix                                    string
+	started, handled, received, sent, latency string
+}
+
+var (
+	serverSide = side{prefix: "grpc_server_",
+		started:  "Total number of RPCs started on the server.",
+		handled:  "Total number of RPCs completed on the server, regardless of success or failure.",
+		received: "Total number of RPC stream messages received on the server.",
+		sent:     "Total number of gRPC stream messages sent by the server.",
+		latency:  "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server."}
+	clientSide = side{prefix: "grpc_client_",
+		started:  "Total number of RPCs started on the client.",
+		handled:  "Total number of RPCs completed by the client, regardless of success or failure.",
+		received: "Total number of RPC stream messages received by the client.",
+		sent:     "Total number of gRPC stream messages sent by the client.",
+		latency:  "Histogram of response latency (seconds) of the gRPC until it is finished by the application."}
+)
+
 // NewServer returns the metrics of a server (grpc_server_*), with the handling-time
 // histogram's buckets.
-func NewServer(buckets []float64) *Metrics {
-	return &Metrics{
-		server: true,
-		started: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_started_total",
-			Help: "Total number of RPCs started on the server."}, callLabels),
-		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_handled_total",
-			Help: "Total number of RPCs completed on the server, regardless of success or failure."}, codeLabels),
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_received_total",
-			Help: "Total number of RPC stream messages received on the server."}, callLabels),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_msg_sent_total",
-			Help: "Total number of gRPC stream messages sent by the server."}, callLabels),
-		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_server_handling_seconds",
-			Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
-			Buckets: buckets}, callLabels),
-	}
-}
+func NewServer(buckets []float64) *Metrics { return newMetrics(serverSide, buckets) }
 
 // NewClient returns the metrics of a client (grpc_client_*), with the handling-time
 // histogram's buckets.
-func NewClient(buckets []float64) *Metrics {
+func NewClient(buckets []float64) *Metrics { return newMetrics(clientSide, buckets) }
+
+func newMetrics(s side, buckets []float64) *Metrics {
+	counter := func(name, help string, labels []string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: s.prefix + name, Help: help}, labels)
+	}
 	return &Metrics{
-		started: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_started_total",
-			Help: "Total number of RPCs started on the client."}, callLabels),
-		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_handled_total",
-			Help: "Total number of RPCs completed by the client, regardless of success or failure."}, codeLabels),
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_msg_received_total",
-			Help: "Total number of RPC stream messages received by the client."}, callLabels),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_client_msg_sent_total",
-			Help: "Total number of gRPC stream messages sent by the client."}, callLabels),
-		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "grpc_client_handling_seconds",
-			Help:    "Histogram of response latency (seconds) of the gRPC until it is finished by the application.",
-			Buckets: buckets}, callLabels),
+		started:  counter("started_total", s.started, callLabels),
+		handled:  counter("handled_total", s.handled, codeLabels),
+		received: counter("msg_received_total", s.received, callLabels),
+		sent:     counter("msg_sent_total", s.sent, callLabels),
+		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: s.prefix + "handling_seconds",
+			Help: s.latency, Buckets: buckets}, callLabels),
 	}
 }
 

@@ -94,18 +94,25 @@ func bloatedTTL(n int) *durationpb.Duration {
 	return d
 }
 
-// TestValidateSubmit: each rule of validateSubmit, with its message, and the same
-// message from the app listener's reader (readSubmit, with the request's bytes).
-func TestValidateSubmit(t *testing.T) {
-	l := DefaultLimits()
-	l.MaxEventBytes = 10
+// nodeWithLimits is a node without peers that holds requests to l.
+func nodeWithLimits(t *testing.T, l Limits) *Node {
+	t.Helper()
 	cfg := testConfig("v")
 	cfg.Limits = l
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(n.Close)
+	return n
+}
+
+// TestValidateSubmit: each rule of validateSubmit, with its message, and the same
+// message from the app listener's reader (readSubmit, with the request's bytes).
+func TestValidateSubmit(t *testing.T) {
+	l := DefaultLimits()
+	l.MaxEventBytes = 10
+	n := nodeWithLimits(t, l)
 	many := map[string]string{}
 	for i := range 65 {
 		many[fmt.Sprint(i)] = ""
@@ -158,13 +165,7 @@ func TestValidateSubmit(t *testing.T) {
 func TestSubmitSizeAsSent(t *testing.T) {
 	l := DefaultLimits()
 	l.MaxEventBytes = 10
-	cfg := testConfig("v")
-	cfg.Limits = l
-	n, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := nodeWithLimits(t, l)
 	cases := []struct {
 		name string
 		req  *fanoutv1.SubmitRequest

@@ -65,11 +65,7 @@ func (n *Node) serveReplicateStream(stream grpc.ServerStream) error {
 	}()
 
 	f := framePool.Get().(*peers.Frame)
-	defer func() {
-		if cap(f.B) <= 4<<20 { // do not keep a huge request's buffer
-			framePool.Put(f)
-		}
-	}()
+	defer putFrame(f)
 	ctx := stream.Context()
 	var req wire.Replicate
 	for {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
@@ -88,7 +89,7 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 				if err := n.submitChecked(ctx, c); err != nil {
 					return err
 				}
-				return w.send(c.answer())
+				return w.send(c)
 			})
 		case n.persist != nil: // answered in order, once on disk
 			if err = n.submitQueued(ctx, c); err == nil {
@@ -96,7 +97,7 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 			}
 		default: // answered in order, as read
 			if err = n.submitQueued(ctx, c); err == nil {
-				err = w.send(c.answer())
+				err = w.send(c)
 			}
 			n.putCall(c)
 		}
@@ -114,7 +115,8 @@ type streamWaits struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	err    error // guarded by mu: the first failure
+	err    error       // guarded by mu: the first failure
+	out    peers.Frame // guarded by mu: the answer being sent
 	// ordered feeds inOrder's goroutine; nil until the first use and after
 	// closeOrdered. Used by the handler's goroutine only.
 	ordered chan *submitCall
@@ -150,7 +152,7 @@ func (w *streamWaits) inOrder(ctx context.Context, c *submitCall) error {
 			for c := range ch {
 				err := w.node.durable(ctx, c.revision)
 				if err == nil {
-					err = w.send(c.answer())
+					err = w.send(c)
 				}
 				w.node.putCall(c)
 				if err != nil {
@@ -186,10 +188,13 @@ func (w *streamWaits) fail(err error) {
 	}
 }
 
-func (w *streamWaits) send(f *peers.Frame) error {
+// send answers c on the stream. Its bytes are written into one frame the stream
+// reuses: gRPC copies a frame before SendMsg returns (peers' codec).
+func (w *streamWaits) send(c *submitCall) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stream.SendMsg(f)
+	w.out.B = wire.AppendSubmitResponse(w.out.B[:0], &c.resp)
+	return w.stream.SendMsg(&w.out)
 }
 
 func (w *streamWaits) failed() error {
@@ -257,44 +262,56 @@ func (s *PeerServer) Push(ctx context.Context, req *fanoutv1.PushRequest) (*fano
 }
 
 // RegisterPeerServer registers p as fanout.v1.PeerService on s. Replicate requests are
-// read from their bytes (internal/wire). The wire format is the generated service's:
-// the service description is a copy of the generated one with the Replicate handler
-// replaced, which stays as generated. s must be made with peers.FrameServerOption (or
-// peers.ServerOptions).
+// read from their bytes (internal/wire). The wire format is the generated service's
+// (withHandler). s must be made with peers.FrameServerOption (or peers.ServerOptions).
 func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
-	desc := fanoutv1.PeerService_ServiceDesc // same name, metadata, other methods and streams
-	desc.Methods = nil
-	for _, m := range fanoutv1.PeerService_ServiceDesc.Methods {
-		if m.MethodName == "Replicate" {
-			m.Handler = replicateHandler
-		}
-		desc.Methods = append(desc.Methods, m)
-	}
+	desc := withHandler(&fanoutv1.PeerService_ServiceDesc, "Replicate", replicateHandler)
 	s.RegisterService(&desc, p)
 }
 
 // replicateHandler is the generated Replicate handler with a frame in place of the
 // decoded request.
 func replicateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	f := framePool.Get().(*peers.Frame)
-	defer func() {
-		if cap(f.B) <= 4<<20 { // do not keep a huge request's buffer
-			framePool.Put(f)
+	return serveFrame(srv, ctx, dec, interceptor, fanoutv1.PeerService_Replicate_FullMethodName,
+		func(ctx context.Context, f *peers.Frame) (any, error) {
+			resp, err := srv.(*PeerServer).node.replicateFrame(ctx, f)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			return resp, nil
+		})
+}
+
+// withHandler is a copy of a generated service description (same name, metadata,
+// other methods and streams) with the unary method named method served by h; the
+// generated description stays as generated.
+func withHandler(generated *grpc.ServiceDesc, method string, h grpc.MethodHandler) grpc.ServiceDesc {
+	desc := *generated
+	desc.Methods = make([]grpc.MethodDesc, 0, len(generated.Methods))
+	for _, m := range generated.Methods {
+		if m.MethodName == method {
+			m.Handler = h
 		}
-	}()
+		desc.Methods = append(desc.Methods, m)
+	}
+	return desc
+}
+
+// serveFrame is the body of a generated unary handler with a frame in place of the
+// decoded request: the request's bytes, in a pooled frame, go through the
+// interceptors to handle, which may not keep the frame.
+func serveFrame(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor,
+	fullMethod string, handle func(context.Context, *peers.Frame) (any, error)) (any, error) {
+	f := framePool.Get().(*peers.Frame)
+	defer putFrame(f)
 	if err := dec(f); err != nil {
 		return nil, err
 	}
-	p := srv.(*PeerServer)
-	handle := func(ctx context.Context, req any) (any, error) {
-		resp, err := p.node.replicateFrame(ctx, req.(*peers.Frame))
-		return resp, toStatus(err)
-	}
+	h := func(ctx context.Context, req any) (any, error) { return handle(ctx, req.(*peers.Frame)) }
 	if interceptor == nil {
-		return handle(ctx, f)
+		return h(ctx, f)
 	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fanoutv1.PeerService_Replicate_FullMethodName}
-	return interceptor(ctx, f, info, handle)
+	return interceptor(ctx, f, &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}, h)
 }
 
 // toStatus maps the node's errors to gRPC status codes. It is the only place in the
@@ -330,45 +347,22 @@ func toStatus(err error) error {
 
 // RegisterFanoutServer registers f as fanout.v1.FanoutService on s. Submit requests
 // are read from their bytes (internal/wire) and answered with bytes; SubmitStream and
-// Subscribe read and send frames. The wire format is the generated service's: the
-// service description is a copy of the generated one with the Submit handler
-// replaced, which stays as generated. s must be made with peers.FrameServerOption (or
-// peers.ServerOptions).
+// Subscribe read and send frames. The wire format is the generated service's
+// (withHandler). s must be made with peers.FrameServerOption (or peers.ServerOptions).
 func RegisterFanoutServer(s grpc.ServiceRegistrar, f *FanoutServer) {
-	desc := fanoutv1.FanoutService_ServiceDesc // same name, metadata, other methods and streams
-	desc.Methods = nil
-	for _, m := range fanoutv1.FanoutService_ServiceDesc.Methods {
-		if m.MethodName == "Submit" {
-			m.Handler = submitHandler
-		}
-		desc.Methods = append(desc.Methods, m)
-	}
+	desc := withHandler(&fanoutv1.FanoutService_ServiceDesc, "Submit", submitHandler)
 	s.RegisterService(&desc, f)
 }
 
 // submitHandler is the generated Submit handler with frames in place of the decoded
 // request and response.
 func submitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	f := framePool.Get().(*peers.Frame)
-	defer func() {
-		if cap(f.B) <= 4<<20 { // do not keep a huge request's buffer
-			framePool.Put(f)
-		}
-	}()
-	if err := dec(f); err != nil {
-		return nil, err
-	}
-	s := srv.(*FanoutServer)
-	handle := func(ctx context.Context, req any) (any, error) {
-		resp, err := s.node.submitFrame(ctx, req.(*peers.Frame))
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		return resp, nil
-	}
-	if interceptor == nil {
-		return handle(ctx, f)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fanoutv1.FanoutService_Submit_FullMethodName}
-	return interceptor(ctx, f, info, handle)
+	return serveFrame(srv, ctx, dec, interceptor, fanoutv1.FanoutService_Submit_FullMethodName,
+		func(ctx context.Context, f *peers.Frame) (any, error) {
+			resp, err := srv.(*FanoutServer).node.submitFrame(ctx, f)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			return resp, nil
+		})
 }

@@ -59,10 +59,8 @@ func (n *Node) putCall(c *submitCall) {
 	clear(c.heads)
 	clear(c.bufs)
 	clear(c.resp.Results)
-	c.req = wire.Submit{Events: c.req.Events[:0]}
-	c.heads, c.bufs, c.resp.Versions, c.resp.Results = c.heads[:0], c.bufs[:0], c.resp.Versions[:0], c.resp.Results[:0]
-	c.resp = wire.SubmitResponse{Versions: c.resp.Versions, Results: c.resp.Results}
-	c.ack, c.ackTimeout, c.revision = 0, 0, 0
+	*c = submitCall{req: wire.Submit{Events: c.req.Events[:0]}, heads: c.heads[:0], bufs: c.bufs[:0],
+		resp: wire.SubmitResponse{Versions: c.resp.Versions[:0], Results: c.resp.Results[:0]}}
 	n.calls.Put(c)
 }
 

@@ -16,8 +16,16 @@ import (
 // limits an event read from its bytes is held to, and table entries as wire entries.
 // peers.Frame carries such bytes through gRPC.
 
-// framePool recycles the request frames of Replicate calls.
+// framePool recycles frames: the requests of Replicate and Submit calls and of
+// replicate streams, and the batches a link builds.
 var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
+
+// putFrame gives f back to framePool, unless it holds a huge request's buffer.
+func putFrame(f *peers.Frame) {
+	if cap(f.B) <= 4<<20 {
+		framePool.Put(f)
+	}
+}
 
 // outEvent is one of this node's own events on its way to the peers: encoded once,
 // when Submit stored it in the state table, and sent to every peer as those bytes
