@@ -50,8 +50,8 @@ type core[T any] struct {
 	splitRecovery time.Duration
 
 	// ids maps every task_id that is pending, in flight or both to its holder, so
-	// that a task costs three map operations from Offer to fate.
-	ids map[string]*holder[T]
+	// that a task costs a lookup, an insert and a delete from Offer to fate (ids.go).
+	ids idIndex[T]
 	// order is pending: the waiting holders in processing order.
 	// Invariant: order.n <= maxBuffer.
 	order order[T]
@@ -105,7 +105,7 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		onFinal:         cfg.OnFinal,
 		log:             rateLog{logger: cfg.Logger, interval: time.Second},
 		splitRecovery:   splitRecovery,
-		ids:             make(map[string]*holder[T], min(cfg.MaxBuffer, 1024)),
+		ids:             newIDIndex[T](min(cfg.MaxBuffer, 1024)),
 		idle:            cfg.Workers,
 		batchLimit:      cfg.MaxBatch,
 		batchBytesLimit: cfg.MaxBatchBytes,
@@ -142,7 +142,7 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 		c.log.note(logOverflow, 1, now, nil)
 		return
 	}
-	h := c.ids[t.ID]
+	hv, h := c.ids.find(t.ID)
 	switch {
 	case h == nil:
 	case h.waiting:
@@ -163,7 +163,7 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 	}
 	if h == nil {
 		h = c.newHolder(t, now)
-		c.ids[t.ID] = h
+		c.ids.insert(hv, h)
 	} else { // in flight: the newer version parks behind it
 		h.task, h.arrived = *t, now
 	}
@@ -239,13 +239,13 @@ func (c *core[T]) drainReprocess(now time.Time) {
 // ID is not in flight: it has just come back from flight, an ID is in at most one
 // batch, and the driver drains retries before it assigns again.
 func (c *core[T]) requeue(h *holder[T], now time.Time) {
-	p := c.ids[h.task.ID] // if set, it is waiting
+	hv, p := c.ids.find(h.task.ID) // if set, it is waiting
 	switch {
 	case expired(&h.task, now):
 		c.st.Expired++
 		c.drop(h, FateExpired)
 	case p == nil:
-		c.ids[h.task.ID] = h
+		c.ids.insert(hv, h)
 		c.wait(h, true)
 	case c.keeps(&h.task, &p.task):
 		c.retryWins(p, h)
@@ -633,7 +633,7 @@ func (c *core[T]) forget(h *holder[T]) {
 		h.task, h.arrived, h.size = Task[T]{ID: h.task.ID}, time.Time{}, 0
 		return
 	}
-	delete(c.ids, h.task.ID)
+	c.ids.remove(h)
 	c.release(h)
 }
 

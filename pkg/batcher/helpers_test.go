@@ -181,8 +181,8 @@ func checkCore[T any](c *core[T]) error {
 		if h.prev != prev {
 			fail("%q: prev link broken", h.task.ID)
 		}
-		if !h.waiting || c.ids[h.task.ID] != h {
-			fail("%q: in order but waiting=%v, ids has %p", h.task.ID, h.waiting, c.ids[h.task.ID])
+		if !h.waiting || c.ids.get(h.task.ID) != h {
+			fail("%q: in order but waiting=%v, ids has %p", h.task.ID, h.waiting, c.ids.get(h.task.ID))
 		}
 		if h.flying {
 			parked++
@@ -199,9 +199,12 @@ func checkCore[T any](c *core[T]) error {
 		fail("parked: counted %d, core says %d", parked, c.parked)
 	}
 	waiting, flying := 0, 0
-	for id, h := range c.ids {
-		if id != h.task.ID || !h.waiting && !h.flying {
-			fail("ids[%q] holds %q, waiting=%v flying=%v", id, h.task.ID, h.waiting, h.flying)
+	if err := c.ids.check(); err != nil {
+		fail("%v", err)
+	}
+	c.ids.all(func(h *holder[T]) {
+		if c.ids.get(h.task.ID) != h || !h.waiting && !h.flying {
+			fail("ids holds %q at %p, finds %p; waiting=%v flying=%v", h.task.ID, h, c.ids.get(h.task.ID), h.waiting, h.flying)
 		}
 		if h.waiting {
 			waiting++
@@ -210,7 +213,7 @@ func checkCore[T any](c *core[T]) error {
 			flying++
 		}
 		checkSent(c, h, fail)
-	}
+	})
 	if waiting != n || flying != c.flying {
 		fail("ids: %d waiting, %d flying; order %d, core says %d flying", waiting, flying, n, c.flying)
 	}
@@ -243,11 +246,11 @@ func checkBytes[T any](c *core[T], fail func(string, ...any)) {
 	if c.bytes > c.maxBufferBytes {
 		fail("pending holds %d bytes, MaxBufferBytes %d", c.bytes, c.maxBufferBytes)
 	}
-	for _, h := range c.ids {
+	c.ids.all(func(h *holder[T]) {
 		if !h.waiting && h.size != 0 {
 			fail("%q: only flying, size %d", h.task.ID, h.size)
 		}
-	}
+	})
 	if c.batchLimit < 1 || c.batchLimit > c.maxBatch {
 		fail("batch limit %d, MaxBatch %d", c.batchLimit, c.maxBatch)
 	}

@@ -31,9 +31,12 @@ type holder[T any] struct {
 	// next also links core.free.
 	prev, next *holder[T]
 	// waiting: the holder is in pending (core.order). flying: a task with this ID is
-	// in flight. Invariant: core.ids[task.ID] == holder iff waiting || flying. A
-	// holder that is both is parked: assign skips it and it keeps its place.
+	// in flight. Invariant: core.ids holds the holder under task.ID iff waiting ||
+	// flying. A holder that is both is parked: assign skips it and it keeps its place.
 	waiting, flying bool
+	// hash is task.ID's hash in core.ids, set by idIndex.insert; meaningless while
+	// the holder is not in it.
+	hash uint64
 }
 
 // order is the processing order of pending: an intrusive doubly linked list,
