@@ -30,11 +30,21 @@ const uniqueWindow = 500_000
 // taskID names an event. Hot keys are prefix+"k<index>"; unique events are
 // prefix+"p<publisher>-<seq mod uniqueWindow/publishers>".
 func taskID(prefix string, keys int, seq int64, publisher, publishers int) string {
+	return string(appendTaskID(nil, prefix, keys, seq, publisher, publishers))
+}
+
+// appendTaskID appends taskID's name to b.
+func appendTaskID(b []byte, prefix string, keys int, seq int64, publisher, publishers int) []byte {
+	b = append(b, prefix...)
 	if keys > 0 {
-		return prefix + "k" + strconv.Itoa(keyIndex(seq, publisher, publishers, keys))
+		b = append(b, 'k')
+		return strconv.AppendInt(b, int64(keyIndex(seq, publisher, publishers, keys)), 10)
 	}
 	share := int64(max(1, uniqueWindow/publishers))
-	return prefix + "p" + strconv.Itoa(publisher) + "-" + strconv.FormatInt(seq%share, 10)
+	b = append(b, 'p')
+	b = strconv.AppendInt(b, int64(publisher), 10)
+	b = append(b, '-')
+	return strconv.AppendInt(b, seq%share, 10)
 }
 
 // parseKey returns the hot-key index of a task_id made by taskID, or false.

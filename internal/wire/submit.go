@@ -203,3 +203,130 @@ func stringSize(field protowire.Number, s string) int {
 	}
 	return protowire.SizeTag(field) + protowire.SizeBytes(len(s))
 }
+
+// AppendSubmitEvent appends to a SubmitRequest being written one event with only a
+// task_id and a payload, as deterministic Marshal writes it. With
+// AppendSubmitRequestID after the events, the request is byte for byte what Marshal
+// writes (TestAppendSubmitRequest). For load generators: a request costs no
+// allocation.
+func AppendSubmitEvent(b []byte, taskID, payload []byte) []byte {
+	n := 0
+	if len(taskID) > 0 {
+		n += protowire.SizeTag(EventTaskID) + protowire.SizeBytes(len(taskID))
+	}
+	if len(payload) > 0 {
+		n += protowire.SizeTag(EventPayload) + protowire.SizeBytes(len(payload))
+	}
+	b = protowire.AppendTag(b, SubmitRequestEvents, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	if len(taskID) > 0 {
+		b = protowire.AppendTag(b, EventTaskID, protowire.BytesType)
+		b = protowire.AppendBytes(b, taskID)
+	}
+	if len(payload) > 0 {
+		b = protowire.AppendTag(b, EventPayload, protowire.BytesType)
+		b = protowire.AppendBytes(b, payload)
+	}
+	return b
+}
+
+// AppendSubmitRequestID appends a SubmitRequest's request_id (nothing for 0).
+func AppendSubmitRequestID(b []byte, id uint64) []byte {
+	return appendUint(b, SubmitRequestRequestID, id)
+}
+
+// Answer is what a load generator reads of a fanout.v1.SubmitResponse with
+// ParseSubmitResponse.
+type Answer struct {
+	RequestID uint64
+	Versions  []uint64 // appended to
+	// Outcomes has each result's outcome, an EventOutcome; appended to.
+	Outcomes []int32
+}
+
+// ParseSubmitResponse reads a SubmitResponse into a, appending to its Versions, with
+// protobuf's decoding rules for what it reads: versions packed or not, the last of an
+// outcome or a request_id wins, a field of another wire type is skipped. It returns
+// ErrMalformed for broken framing; it does not look into peer_acks or check the UTF-8
+// of strings, which protobuf would, because a load generator reads what a sidecar
+// wrote. So it accepts everything protobuf accepts, and reads the same
+// (FuzzParseSubmitResponse).
+func ParseSubmitResponse(b []byte, a *Answer) error {
+	for len(b) > 0 {
+		num, typ, n := ConsumeTag(b)
+		if n < 0 {
+			return ErrMalformed
+		}
+		b = b[n:]
+		switch {
+		case num == SubmitResponseRequestID && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			a.RequestID, b = v, b[n:]
+		case num == SubmitResponseVersions && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			a.Versions, b = append(a.Versions, v), b[n:]
+		case num == SubmitResponseVersions && typ == protowire.BytesType:
+			packed, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			for len(packed) > 0 {
+				v, k := protowire.ConsumeVarint(packed)
+				if k < 0 {
+					return ErrMalformed
+				}
+				a.Versions, packed = append(a.Versions, v), packed[k:]
+			}
+			b = b[n:]
+		case num == SubmitResponseResults && typ == protowire.BytesType:
+			r, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			outcome, err := readOutcome(r)
+			if err != nil {
+				return err
+			}
+			a.Outcomes, b = append(a.Outcomes, outcome), b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return ErrMalformed
+			}
+			b = b[n:]
+		}
+	}
+	return nil
+}
+
+// readOutcome reads an EventResult's outcome, as the int32 protobuf decodes.
+func readOutcome(b []byte) (int32, error) {
+	var outcome int32
+	for len(b) > 0 {
+		num, typ, n := ConsumeTag(b)
+		if n < 0 {
+			return 0, ErrMalformed
+		}
+		b = b[n:]
+		if num == EventResultOutcome && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, ErrMalformed
+			}
+			outcome, b = int32(v), b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, ErrMalformed
+		}
+		b = b[n:]
+	}
+	return outcome, nil
+}

@@ -104,3 +104,68 @@ func FuzzParseSubmit(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendSubmitRequest: AppendSubmitEvent and AppendSubmitRequestID write what
+// protobuf's deterministic Marshal writes for the same request.
+func TestAppendSubmitRequest(t *testing.T) {
+	for _, events := range [][]*fanoutv1.Event{
+		nil,
+		{{TaskId: "k", Payload: []byte("payload")}},
+		{{TaskId: "a"}, {Payload: make([]byte, 300)}, {}, {TaskId: string(make([]byte, 200)), Payload: []byte{0}}},
+	} {
+		for _, id := range []uint64{0, 1, 1 << 40} {
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(&fanoutv1.SubmitRequest{RequestId: id, Events: events})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []byte("prefix")
+			for _, e := range events {
+				got = AppendSubmitEvent(got, []byte(e.TaskId), e.Payload)
+			}
+			got = AppendSubmitRequestID(got, id)[len("prefix"):]
+			if !bytes.Equal(got, want) {
+				t.Errorf("%d events, request_id %d:\n got %x\nwant %x", len(events), id, got, want)
+			}
+		}
+	}
+}
+
+// FuzzParseSubmitResponse: ParseSubmitResponse never panics, accepts everything
+// proto.Unmarshal accepts and reads from it the same request_id, versions and
+// results' outcomes. (It may accept what protobuf refuses for a reason
+// it does not check: bad UTF-8, or a broken peer_ack.)
+func FuzzParseSubmitResponse(f *testing.F) {
+	for _, r := range []*SubmitResponse{
+		{RequestID: 7, Versions: []uint64{1, 300}, Satisfied: true, Results: []EventResult{{Outcome: 1, Revision: 4}, {Outcome: 2, CurrentOrigin: "n"}}},
+		{RequestID: 1, Versions: []uint64{0}, Results: []EventResult{{Outcome: 3, Detail: "state table full"}}, PeerAcks: []PeerAck{{Peer: "p", State: 1}}},
+	} {
+		f.Add(AppendSubmitResponse(nil, r))
+	}
+	f.Add([]byte{0x10, 0x05, 0x10, 0x06}) // versions unpacked
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want fanoutv1.SubmitResponse
+		werr := proto.Unmarshal(b, &want)
+		var a Answer
+		err := ParseSubmitResponse(b, &a)
+		if werr != nil {
+			return
+		}
+		if err != nil {
+			t.Fatalf("ParseSubmitResponse: %v; proto.Unmarshal accepts it: %v", err, &want)
+		}
+		if a.RequestID != want.RequestId || len(a.Versions) != len(want.Versions) || len(a.Outcomes) != len(want.Results) {
+			t.Fatalf("read %+v; proto: %v", a, &want)
+		}
+		for i, r := range want.Results {
+			if a.Outcomes[i] != int32(r.Outcome) {
+				t.Fatalf("results[%d].outcome = %d, proto: %d", i, a.Outcomes[i], r.Outcome)
+			}
+		}
+		for i, v := range want.Versions {
+			if a.Versions[i] != v {
+				t.Fatalf("versions[%d] = %d, proto: %d", i, a.Versions[i], v)
+			}
+		}
+	})
+}

@@ -31,8 +31,9 @@ traffic shaper. It sleeps in a select on the acceptor queue, the workers'
 completions, Drain requests and one timer, and after each event runs one step:
 
   - Step 1: drain the reprocess queue (see 6).
-  - Step 2: drain the acceptor queue. Our task goes into pending, a map from
-    task_id to a holder plus the processing order, an intrusive list with the oldest
+  - Step 2: drain the acceptor queue. Our task goes into pending, an index from
+    task_id to a holder (ids.go: open addressing that churn leaves no tombstones
+    in) plus the processing order, an intrusive list with the oldest
     at the head. If "register#ORDERS/i-17" is already waiting, the two coalesce
     into one, which keeps the waiting one's place and age; the other's fate is
     FateOverridden. Which one survives is the coalescing rule below. If pending
