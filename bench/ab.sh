@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # An A/B of two sets of serve flags on one build: `sidecar bench --spawn 3`, RUNS
-# interleaved pairs per workload, each pair after a quiet machine (bench/quiet.sh);
+# interleaved pairs per workload, each pair after a quiet machine (bench/quiet.sh),
+# A first in odd runs and B first in even ones (the second of a pair starts on a
+# machine the first has just warmed, with a higher load average);
 # every run's JSON line goes to $OUT/<name>-<time>.jsonl, and a markdown table is
 # printed. bench/mtls-ab.sh and bench/stream-ab.sh call it.
 #
@@ -35,7 +37,9 @@ for w in "${workloads[@]}"; do
   read -ra wargs <<<"$w"
   for i in $(seq "$RUNS"); do
     wait_quiet
-    for side in "${sides[@]}"; do
+    order=("${sides[@]}")
+    if [ $((i % 2)) -eq 0 ]; then order=("${sides[1]}" "${sides[0]}"); fi
+    for side in "${order[@]}"; do
       read -ra flags <<<"${side_flags[$side]}"
       echo "== $w run $i: $side" >&2
       load=$(cut -d' ' -f1 /proc/loadavg) b0=$(busy_s)
