@@ -72,11 +72,21 @@ func (c *hlc) reserve(n int) uint64 {
 // the same task wins over it (the HLC receive rule). Versions further ahead than
 // maxObservedSkew are ignored.
 func (c *hlc) observe(v uint64) {
-	if v > wallVersion(c.now().Add(maxObservedSkew)) {
+	c.observeUnder(v, observeLimit(c.now()))
+}
+
+// observeUnder is observe with the limit of observeLimit(now) given, for a caller that
+// observes many versions at one now (a Replicate request): one clock read, not one
+// per event.
+func (c *hlc) observeUnder(v, limit uint64) {
+	if v > limit {
 		return
 	}
 	c.raise(v)
 }
+
+// observeLimit is the highest version observe moves the clock to at now.
+func observeLimit(now time.Time) uint64 { return wallVersion(now.Add(maxObservedSkew)) }
 
 // restore moves the clock to at least v, with no skew bound: v is this node's own
 // persisted high-water mark (--data-dir), which its versions must never go below.

@@ -263,10 +263,11 @@ func (n *Node) replicateParsed(ctx context.Context, req *wire.Replicate) (*fanou
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Incarnation: n.incarnation, Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
+	limit := observeLimit(now)
 	from := n.received.of(req.Origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.Events {
-		st := n.admit(i, raw, req, now, bound)
+		st := n.admit(i, raw, req, now, bound, limit)
 		resp.Statuses[i] = st
 		counts[recvOutcome(st)]++
 		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {
@@ -293,8 +294,9 @@ func (n *Node) validateReplicate(req *wire.Replicate) error {
 	return nil
 }
 
-// admit stores event i of req in the state table if it wins.
-func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound) fanoutv1.ItemStatus {
+// admit stores event i of req in the state table if it wins. now is the request's,
+// bound and limit are the version bound and the clock's observe limit at now.
+func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound, limit uint64) fanoutv1.ItemStatus {
 	h, ok := n.cfg.Limits.readEvent(raw)
 	if !ok {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
@@ -306,7 +308,7 @@ func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, boun
 	if req.Origin == n.cfg.NodeID {
 		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
 	}
-	n.clock.observe(h.Version)
+	n.clock.observeUnder(h.Version, limit) // before the Put: a later local write wins
 	w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
 		Stamp: state.Stamp{Version: h.Version, Origin: req.Origin}, Deleted: h.Deleted}
 	if len(req.Submitted) > i {

@@ -74,7 +74,12 @@ func mix(x uint64) uint64 {
 // digestOf is entry e's leaf and hash. Caller holds mu.
 func (t *Table) digestOf(e *entry) (uint32, uint64) {
 	kh := xxhash.Sum64(t.keyOf(e))
-	return uint32(kh >> (64 - DigestLeafBits)), entryHash(kh, e.version, t.origins.hash(e.origin), e.deleted)
+	return uint32(kh >> (64 - DigestLeafBits)), t.entryDigest(e, kh)
+}
+
+// entryDigest is entry e's hash, given its key's xxhash kh. Caller holds mu.
+func (t *Table) entryDigest(e *entry, kh uint64) uint64 {
+	return entryHash(kh, e.version, t.origins.hash(e.origin), e.deleted)
 }
 
 // DigestRoot is the root hash: equal on two tables that hold the same entries.

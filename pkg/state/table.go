@@ -260,12 +260,18 @@ func (t *Table) put(h uint64, w *Write, now time.Time) Result {
 	if !t.fits(old, len(w.Raw)) {
 		return Result{Outcome: Full}
 	}
+	// The key's digest hash, once: a replaced entry's key is w.Key, so its old state
+	// leaves the digest in the same toggle as the new one enters, and its old record
+	// is not read again.
+	kh := xxhash.Sum64(w.Key)
+	var out uint64
 	if i == none {
 		i = t.newEntry(h)
 	} else {
-		t.unset(i)
+		out = t.entryDigest(old, kh) // before release unrefs its origin
+		t.release(i)
 	}
-	t.set(i, w, now)
+	t.set(i, w, now, kh, out)
 	t.wake()
 	return Result{Outcome: Applied, Revision: t.rev}
 }
@@ -303,18 +309,18 @@ func (t *Table) newEntry(h uint64) uint32 {
 	return i
 }
 
-// set stores w in entry i at the next revision. The entry holds nothing (new, or
-// unset).
-func (t *Table) set(i uint32, w *Write, now time.Time) {
+// set stores w, whose key's xxhash is kh, in entry i at the next revision, and
+// XORs out into the digest with the new entry's hash (the released entry's hash, or 0
+// for a new one). The entry holds nothing (new, or released).
+func (t *Table) set(i uint32, w *Write, now time.Time, kh, out uint64) {
 	e := t.ent(i)
 	t.rev++
 	e.version, e.rev, e.submitted, e.deleted = w.Stamp.Version, t.rev, w.Submitted, w.Deleted
 	e.slab, e.off = t.arena.alloc(i, w.Raw)
 	e.size, e.keyOff, e.keyLen = uint32(len(w.Raw)), uint32(w.KeyOffset), uint32(len(w.Key))
 	e.origin = t.origins.ref(w.Stamp.Origin)
-	kh := xxhash.Sum64(w.Key)
 	e.leaf = uint16(kh >> (64 - DigestLeafBits))
-	t.digest.toggle(uint32(e.leaf), entryHash(kh, e.version, t.origins.hash(e.origin), e.deleted))
+	t.digest.toggle(uint32(e.leaf), out^t.entryDigest(e, kh))
 	var compact *chunk
 	e.chunk, compact = t.log.add(t.rev, i)
 	t.st.Bytes += int64(len(w.Raw))
@@ -335,12 +341,17 @@ func (t *Table) set(i uint32, w *Write, now time.Time) {
 	}
 }
 
-// unset releases what entry i holds (its record, log slot and origin) but keeps it in
-// the index, for set to fill again.
+// unset takes entry i out of the digest and releases what it holds.
 func (t *Table) unset(i uint32) {
+	t.digest.toggle(t.digestOf(t.ent(i))) // before the origin and record are released
+	t.release(i)
+}
+
+// release releases what entry i holds (its record, log slot and origin) but keeps it
+// in the index, for set to fill again. The entry must be out of the digest, or be
+// taken out by the set that follows.
+func (t *Table) release(i uint32) {
 	e := t.ent(i)
-	leaf, h := t.digestOf(e) // before the origin and record are released
-	t.digest.toggle(leaf, h)
 	t.st.Bytes -= int64(e.size)
 	if e.deleted {
 		t.st.Tombstones--
