@@ -30,7 +30,10 @@
 // at most that many events not yet received by every subscriber (loadkit.Window). The
 // receive goroutine matches each SubmitResponse to its request by request_id, counts
 // the events and, with hot keys, raises the latest version of each key from
-// SubmitResponse.versions.
+// SubmitResponse.versions. Requests are written and responses read as bytes
+// (wire.AppendSubmitEvent, wire.ParseSubmitResponse), as the subscribers read
+// deliveries (wire.EachDelivery): the bench shares the machine with the nodes it
+// measures, so it builds no message per event.
 //
 // Latency. The first 16 bytes of every payload are a loadkit.Stamp: the actual send
 // time (the clock read right before Send) and the time the request was due on the

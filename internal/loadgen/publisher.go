@@ -82,7 +82,8 @@ type publisher struct {
 	inflight map[uint64]sentRequest // guarded by mu; len <= cfg.Pipeline
 
 	// The send loop's scratch: the request being written, the shared payload and a
-	// task_id. The node's codec sends a copy of the frame, so each is reused.
+	// task_id. The connection's codec (peers.DialOptions) sends a copy of the frame
+	// before SendMsg returns, so each is reused.
 	req           peers.Frame
 	payload, name []byte
 }
