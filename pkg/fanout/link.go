@@ -215,8 +215,9 @@ func (l *link) learn(id string, inc uint64) {
 		return
 	}
 	n := l.node
+	learned := id // a copy for the pointer, so that id stays on the stack: every answer calls learn
 	n.members.idMu.Lock()
-	l.nodeID.Store(&id)
+	l.nodeID.Store(&learned)
 	if inc != 0 {
 		l.incarnation.Store(inc)
 	}
