@@ -187,21 +187,22 @@ func (c *call) PostCall(err error, d time.Duration) {
 }
 
 func (c *call) PostMsgSend(_ any, err error, _ time.Duration) {
-	if err != nil {
-		return
+	if err == nil {
+		c.count(&c.sent, c.m.sent)
 	}
-	if c.sent == nil {
-		c.sent = c.m.sent.WithLabelValues(string(c.meta.Typ), c.meta.Service, c.meta.Method)
-	}
-	c.sent.Inc()
 }
 
 func (c *call) PostMsgReceive(_ any, err error, _ time.Duration) {
-	if err != nil {
-		return
+	if err == nil {
+		c.count(&c.received, c.m.received)
 	}
-	if c.received == nil {
-		c.received = c.m.received.WithLabelValues(string(c.meta.Typ), c.meta.Service, c.meta.Method)
+}
+
+// count adds a message to *ctr, looking it up in vec by the call's labels the first
+// time.
+func (c *call) count(ctr *prometheus.Counter, vec *prometheus.CounterVec) {
+	if *ctr == nil {
+		*ctr = vec.WithLabelValues(string(c.meta.Typ), c.meta.Service, c.meta.Method)
 	}
-	c.received.Inc()
+	(*ctr).Inc()
 }

@@ -86,25 +86,12 @@ func ParseReplicate(b []byte, r *Replicate) error {
 				return ErrMalformed
 			}
 			r.Events, b = append(r.Events, v), b[n:]
-		case num == ReplicateRequestSubmittedAtUnixNanos && typ == protowire.BytesType: // packed
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
+		case num == ReplicateRequestSubmittedAtUnixNanos:
+			var n int
+			if r.Submitted, n = appendVarints(r.Submitted, num, typ, b); n < 0 {
 				return ErrMalformed
-			}
-			for len(v) > 0 {
-				x, m := protowire.ConsumeVarint(v)
-				if m < 0 {
-					return ErrMalformed
-				}
-				r.Submitted, v = append(r.Submitted, int64(x)), v[m:]
 			}
 			b = b[n:]
-		case num == ReplicateRequestSubmittedAtUnixNanos && typ == protowire.VarintType: // unpacked
-			x, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return ErrMalformed
-			}
-			r.Submitted, b = append(r.Submitted, int64(x)), b[n:]
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
@@ -114,6 +101,35 @@ func ParseReplicate(b []byte, r *Replicate) error {
 		}
 	}
 	return nil
+}
+
+// appendVarints reads one occurrence, with wire type typ, of the repeated varint field
+// num, packed (BytesType) or not (VarintType), and appends its values to dst, as
+// protobuf does; with another wire type the field is unknown and skipped. It returns
+// the bytes read, or a negative number for malformed bytes.
+func appendVarints[T ~int64 | ~uint64](dst []T, num protowire.Number, typ protowire.Type, b []byte) ([]T, int) {
+	switch typ {
+	case protowire.VarintType:
+		x, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return dst, n
+		}
+		return append(dst, T(x)), n
+	case protowire.BytesType:
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return dst, n
+		}
+		for len(v) > 0 {
+			x, m := protowire.ConsumeVarint(v)
+			if m < 0 {
+				return dst, m
+			}
+			dst, v = append(dst, T(x)), v[m:]
+		}
+		return dst, n
+	}
+	return dst, protowire.ConsumeFieldValue(num, typ, b)
 }
 
 // EventHead is what ReadEvent reads of one encoded fanout.v1.Event: the fields a

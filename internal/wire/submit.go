@@ -260,73 +260,50 @@ func ParseSubmitResponse(b []byte, a *Answer) error {
 		b = b[n:]
 		switch {
 		case num == SubmitResponseRequestID && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return ErrMalformed
-			}
-			a.RequestID, b = v, b[n:]
-		case num == SubmitResponseVersions && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return ErrMalformed
-			}
-			a.Versions, b = append(a.Versions, v), b[n:]
-		case num == SubmitResponseVersions && typ == protowire.BytesType:
-			packed, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ErrMalformed
-			}
-			for len(packed) > 0 {
-				v, k := protowire.ConsumeVarint(packed)
-				if k < 0 {
+			a.RequestID, n = protowire.ConsumeVarint(b)
+		case num == SubmitResponseVersions:
+			a.Versions, n = appendVarints(a.Versions, num, typ, b)
+		case num == SubmitResponseResults && typ == protowire.BytesType:
+			var r []byte
+			if r, n = protowire.ConsumeBytes(b); n >= 0 {
+				outcome, ok := readOutcome(r)
+				if !ok {
 					return ErrMalformed
 				}
-				a.Versions, packed = append(a.Versions, v), packed[k:]
+				a.Outcomes = append(a.Outcomes, outcome)
 			}
-			b = b[n:]
-		case num == SubmitResponseResults && typ == protowire.BytesType:
-			r, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ErrMalformed
-			}
-			outcome, err := readOutcome(r)
-			if err != nil {
-				return err
-			}
-			a.Outcomes, b = append(a.Outcomes, outcome), b[n:]
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return ErrMalformed
-			}
-			b = b[n:]
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
+		if n < 0 {
+			return ErrMalformed
+		}
+		b = b[n:]
 	}
 	return nil
 }
 
-// readOutcome reads an EventResult's outcome, as the int32 protobuf decodes.
-func readOutcome(b []byte) (int32, error) {
+// readOutcome reads an EventResult's outcome, as the int32 protobuf decodes. It
+// reports false for broken framing.
+func readOutcome(b []byte) (int32, bool) {
 	var outcome int32
 	for len(b) > 0 {
 		num, typ, n := ConsumeTag(b)
 		if n < 0 {
-			return 0, ErrMalformed
+			return 0, false
 		}
 		b = b[n:]
 		if num == EventResultOutcome && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0, ErrMalformed
-			}
-			outcome, b = int32(v), b[n:]
-			continue
+			var v uint64
+			v, n = protowire.ConsumeVarint(b)
+			outcome = int32(v)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
-			return 0, ErrMalformed
+			return 0, false
 		}
 		b = b[n:]
 	}
-	return outcome, nil
+	return outcome, true
 }

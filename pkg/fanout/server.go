@@ -274,11 +274,7 @@ func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
 func replicateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	return serveFrame(srv, ctx, dec, interceptor, fanoutv1.PeerService_Replicate_FullMethodName,
 		func(ctx context.Context, f *peers.Frame) (any, error) {
-			resp, err := srv.(*PeerServer).node.replicateFrame(ctx, f)
-			if err != nil {
-				return nil, toStatus(err)
-			}
-			return resp, nil
+			return srv.(*PeerServer).node.replicateFrame(ctx, f)
 		})
 }
 
@@ -299,7 +295,8 @@ func withHandler(generated *grpc.ServiceDesc, method string, h grpc.MethodHandle
 
 // serveFrame is the body of a generated unary handler with a frame in place of the
 // decoded request: the request's bytes, in a pooled frame, go through the
-// interceptors to handle, which may not keep the frame.
+// interceptors to handle, which may not keep the frame. An error of handle reaches
+// the interceptors and the caller as its status (toStatus), with no response.
 func serveFrame(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor,
 	fullMethod string, handle func(context.Context, *peers.Frame) (any, error)) (any, error) {
 	f := framePool.Get().(*peers.Frame)
@@ -307,7 +304,13 @@ func serveFrame(srv any, ctx context.Context, dec func(any) error, interceptor g
 	if err := dec(f); err != nil {
 		return nil, err
 	}
-	h := func(ctx context.Context, req any) (any, error) { return handle(ctx, req.(*peers.Frame)) }
+	h := func(ctx context.Context, req any) (any, error) {
+		resp, err := handle(ctx, req.(*peers.Frame))
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return resp, nil
+	}
 	if interceptor == nil {
 		return h(ctx, f)
 	}
@@ -359,10 +362,6 @@ func RegisterFanoutServer(s grpc.ServiceRegistrar, f *FanoutServer) {
 func submitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	return serveFrame(srv, ctx, dec, interceptor, fanoutv1.FanoutService_Submit_FullMethodName,
 		func(ctx context.Context, f *peers.Frame) (any, error) {
-			resp, err := srv.(*FanoutServer).node.submitFrame(ctx, f)
-			if err != nil {
-				return nil, toStatus(err)
-			}
-			return resp, nil
+			return srv.(*FanoutServer).node.submitFrame(ctx, f)
 		})
 }
