@@ -7,9 +7,16 @@
 # top functions by cumulative share. It is how the "why" of a missed target in
 # docs/BENCHMARKS.md is found.
 #
+# With TRACE_SECONDS set, it also takes an execution trace of that many seconds from the
+# origin and the receiver, right after the CPU profiles, and prints where their
+# goroutines waited: `go tool trace -pprof=sched` (runnable, not running: waiting for the
+# one P) and `-pprof=syscall` (in a system call), by stack. That is the "why" of a
+# latency, where the CPU profile is the "why" of a cost.
+#
 #   bench/profile.sh [bench args...]     e.g. bench/profile.sh --rate 0 --batch 10
 #   BIN (built from HEAD into /tmp/profile-sidecar), SERVE_FLAGS, DURATION (12s),
-#   PROFILE_AT (3), PROFILE_SECONDS (6), OUT (/tmp/fanout-profiles)
+#   PROFILE_AT (3), PROFILE_SECONDS (6), TRACE_SECONDS (unset: no trace),
+#   OUT (/tmp/fanout-profiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-/tmp/profile-sidecar}
@@ -41,10 +48,25 @@ origin="$OUT/$stamp-origin.pb.gz" recv="$OUT/$stamp-receiver.pb.gz" client="$OUT
 c0=$!
 (sleep "$PROFILE_AT"; curl -sf -o "$recv" "http://${profs[1]}/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
 c1=$!
+traces=() tpids=()
+if [ -n "${TRACE_SECONDS:-}" ]; then
+  traces=("$OUT/$stamp-origin.trace" "$OUT/$stamp-receiver.trace")
+  for i in 0 1; do
+    (sleep $((PROFILE_AT + PROFILE_SECONDS)); curl -sf -o "${traces[$i]}" "http://${profs[$i]}/debug/pprof/trace?seconds=$TRACE_SECONDS") &
+    tpids+=($!)
+  done
+fi
 "$BIN" bench --app-addrs "$(IFS=,; echo "${apps[*]}")" --duration "$DURATION" --warmup 1s --cpuprofile "$client" "$@" --json 2>/dev/null | tail -1
 wait "$c0" "$c1"
+for p in "${tpids[@]}"; do wait "$p"; done
 stop
 for p in "$origin" "$recv" "$client"; do
   echo "== $p"
   go tool pprof -top -cum -nodecount=45 "$p" 2>/dev/null | sed -n '4,50p'
+done
+for t in "${traces[@]}"; do
+  for kind in sched syscall; do
+    echo "== $t: $kind"
+    go tool trace -pprof="$kind" "$t" >"$t.$kind.pb" 2>/dev/null && go tool pprof -top -nodecount=25 "$t.$kind.pb" 2>/dev/null | sed -n '4,32p'
+  done
 done

@@ -45,6 +45,9 @@
 // measured window. Sender and receiver are the same process, so the figures are exact
 // even when the nodes run on other machines. A payload shorter than 8 bytes carries no
 // stamp; the origin's submitted_at is used then, which compares two wall clocks.
+// With a stamp, the measured latency is also split at the origin's submitted_at
+// (Result.ToOrigin and FromOrigin): the app's side of Submit, and replication and
+// delivery. That split compares the origin's wall clock with the bench's.
 //
 // Live view. Every Interval a line shows submitted/s and delivered/s, the p50 and p99
 // of the events delivered in that interval, and the sum of pending over the first

@@ -43,6 +43,13 @@ type Result struct {
 	LatencyFromDue Latency `json:"latency_from_due"`
 	// SendLag is the publishers' lateness per send: actual send minus due time.
 	SendLag Latency `json:"send_lag"`
+	// ToOrigin and FromOrigin split Latency at the origin's accept (each delivery's
+	// submitted_at, the first node's wall clock): from the send to the accept (the
+	// app's side of Submit), and from the accept to the arrival at a subscriber
+	// (replication and delivery). Percentiles of the two parts do not add up to
+	// Latency's. Absent when the payload holds no stamp.
+	ToOrigin   *Latency `json:"to_origin,omitempty"`
+	FromOrigin *Latency `json:"from_origin,omitempty"`
 	// LatencyFrom says where the send time came from: "payload" (a stamp in the
 	// first 8 bytes) or "submitted_at" (the origin's accept time, for --payload < 8).
 	LatencyFrom string `json:"latency_from"`
@@ -131,6 +138,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if r.Rate > 0 {
 		fmt.Fprintf(&b, "from the due time: p50 %s  p99 %s  p99.9 %s   send lag p99 %s  max %s\n",
 			fmtUs(r.LatencyFromDue.P50), fmtUs(r.LatencyFromDue.P99), fmtUs(r.LatencyFromDue.P999), fmtUs(r.SendLag.P99), fmtUs(r.SendLag.Max))
+	}
+	if r.ToOrigin != nil {
+		fmt.Fprintf(&b, "split at the origin's accept: send to accept p50 %s  p99 %s   accept to arrival p50 %s  p99 %s\n",
+			fmtUs(r.ToOrigin.P50), fmtUs(r.ToOrigin.P99), fmtUs(r.FromOrigin.P50), fmtUs(r.FromOrigin.P99))
 	}
 	if r.Lost != nil {
 		fmt.Fprintf(&b, "lost %d of %d (submitted × subscribers)", *r.Lost, r.Submitted*uint64(r.Subscribers))

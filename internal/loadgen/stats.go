@@ -23,6 +23,10 @@ type recorder struct {
 	measured uint64
 	hist     *hdrhistogram.Histogram
 	histDue  *hdrhistogram.Histogram
+	// toOrigin and fromOrigin split the latency of the measured events at the
+	// origin's accept (the delivery's submitted_at): from the send to it, and from it
+	// to the arrival. Only events with both a payload stamp and a submitted_at.
+	toOrigin, fromOrigin *hdrhistogram.Histogram
 	// interval holds the latency of every event since the last live line.
 	interval *hdrhistogram.Histogram
 	// lastArrival and lastMeasured are arrival offsets from the epoch of the last
@@ -31,7 +35,8 @@ type recorder struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{hist: newHistogram(), histDue: newHistogram(), interval: newHistogram()}
+	return &recorder{hist: newHistogram(), histDue: newHistogram(), toOrigin: newHistogram(), fromOrigin: newHistogram(),
+		interval: newHistogram()}
 }
 
 // record adds one received event that arrived at offset arrival from the epoch, with
@@ -51,6 +56,16 @@ func (r *recorder) record(arrival, latency, fromDue time.Duration, measured bool
 	}
 }
 
+// recordSplit adds a measured event's latency split at the origin's accept: from the
+// send to it and from it to the arrival. A negative part (the origin's wall clock
+// stepped) counts as 0.
+func (r *recorder) recordSplit(toOrigin, fromOrigin time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.toOrigin.RecordValue(loadkit.Us(max(toOrigin, 0)))     //nolint:errcheck // clamped to the range
+	r.fromOrigin.RecordValue(loadkit.Us(max(fromOrigin, 0))) //nolint:errcheck // clamped to the range
+}
+
 // takeInterval merges the interval histogram into into, resets it, and returns the
 // total count.
 func (r *recorder) takeInterval(into *hdrhistogram.Histogram) uint64 {
@@ -65,16 +80,20 @@ func (r *recorder) takeInterval(into *hdrhistogram.Histogram) uint64 {
 type recorderSnapshot struct {
 	total, measured           uint64
 	hist, histDue             *hdrhistogram.Histogram
+	toOrigin, fromOrigin      *hdrhistogram.Histogram
 	lastArrival, lastMeasured time.Duration
 }
 
 func (r *recorder) snapshot() recorderSnapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h, hd := newHistogram(), newHistogram()
+	h, hd, to, from := newHistogram(), newHistogram(), newHistogram(), newHistogram()
 	h.Merge(r.hist)
 	hd.Merge(r.histDue)
-	return recorderSnapshot{total: r.total, measured: r.measured, hist: h, histDue: hd, lastArrival: r.lastArrival, lastMeasured: r.lastMeasured}
+	to.Merge(r.toOrigin)
+	from.Merge(r.fromOrigin)
+	return recorderSnapshot{total: r.total, measured: r.measured, hist: h, histDue: hd, toOrigin: to, fromOrigin: from,
+		lastArrival: r.lastArrival, lastMeasured: r.lastMeasured}
 }
 
 func (r *recorder) totalCount() uint64 {

@@ -12,12 +12,14 @@ import (
 func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 	r := b.workload()
 	r.Interrupted = m.interrupted
-	all, allDue, lag := newHistogram(), newHistogram(), newHistogram()
+	all, allDue, lag, to, from := newHistogram(), newHistogram(), newHistogram(), newHistogram(), newHistogram()
 	var lastMeasured time.Duration
 	for _, s := range b.subs {
 		snap := s.rec.snapshot()
 		all.Merge(snap.hist)
 		allDue.Merge(snap.histDue)
+		to.Merge(snap.toOrigin)
+		from.Merge(snap.fromOrigin)
 		lastMeasured = max(lastMeasured, snap.lastMeasured)
 		r.Delivered += snap.measured
 		if s.fromSubmittedAt.Load() {
@@ -36,6 +38,10 @@ func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 		}
 	}
 	r.Latency, r.LatencyFromDue, r.SendLag = summarize(all), summarize(allDue), summarize(lag)
+	if to.TotalCount() > 0 {
+		t, f := summarize(to), summarize(from)
+		r.ToOrigin, r.FromOrigin = &t, &f
+	}
 	if b.cfg.Keys == 0 && !m.interrupted {
 		want, lost := r.Submitted*uint64(len(b.subs)), uint64(0)
 		if r.Delivered < want {

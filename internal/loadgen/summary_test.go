@@ -91,6 +91,30 @@ func TestObserveWithoutStampUsesSubmittedAt(t *testing.T) {
 	}
 }
 
+func TestObserveSplitsAtTheOrigin(t *testing.T) {
+	s := testSubscriber(0)
+	at := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(s.clock.epoch.Add(d)) }
+	ev := event("b/p0-1", 1, 500*time.Millisecond, 100) // warmup: not split
+	ev.SubmittedAt = at(501 * time.Millisecond)
+	observeMsg(t, s, ev, 503*time.Millisecond)
+	ev = event("b/p0-2", 1, 2*time.Second, 100) // sent at 2 s, accepted 300 µs later, arrived 1.2 ms after that
+	ev.SubmittedAt = at(2*time.Second + 300*time.Microsecond)
+	observeMsg(t, s, ev, 2*time.Second+1500*time.Microsecond)
+	observeMsg(t, s, event("b/p0-3", 1, 2*time.Second, 100), 2*time.Second+time.Millisecond) // no submitted_at
+	snap := s.rec.snapshot()
+	if snap.measured != 2 || snap.toOrigin.TotalCount() != 1 || snap.fromOrigin.TotalCount() != 1 {
+		t.Fatalf("measured %d, split %d/%d, want 2 and 1/1", snap.measured, snap.toOrigin.TotalCount(), snap.fromOrigin.TotalCount())
+	}
+	if to, from := snap.toOrigin.Max(), snap.fromOrigin.Max(); to < 299 || to > 301 || from < 1195 || from > 1205 {
+		t.Fatalf("split %d µs to the origin, %d µs from it; want 300 and 1200", to, from)
+	}
+	b := &bench{subs: []*subscriber{s}, cfg: s.cfg}
+	r := b.result(&peerCounters{}, nil, &measurement{interrupted: true})
+	if r.ToOrigin == nil || r.FromOrigin == nil || r.FromOrigin.P50 < 1195 || r.FromOrigin.P50 > 1205 {
+		t.Fatalf("result split %+v / %+v", r.ToOrigin, r.FromOrigin)
+	}
+}
+
 func TestHolds(t *testing.T) {
 	s := testSubscriber(3)
 	latest := make(keyVersions, 3)
