@@ -31,11 +31,13 @@ test: fmt-check vet lint check-generated deps unit manifests
 deps:
 	bash test/deps.sh
 
-## unit: every test of both modules: the product (.) and its end-to-end tests (test/,
-## a module of its own so that the product's go.mod holds only what the product uses)
+## unit: every test of the product (.), its end-to-end tests (test/, a module of its
+## own so that the product's go.mod holds only what the product uses) and the NATS
+## bench of bench-compare (bench/natsbench, a module of its own for the NATS client)
 unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) -C test test -race -count=1 ./...
+	$(GO) -C bench/natsbench test -race -count=1 ./...
 
 ## manifests: the Dockerfile and deploy/kubernetes, checked without Docker or a cluster
 ## (deploy/kubernetes/check, a module of its own so that the Kubernetes API types stay
@@ -67,6 +69,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) -C test vet ./...
 	$(GO) -C deploy/kubernetes/check vet ./...
+	$(GO) -C bench/natsbench vet ./...
 
 ## bench: micro-benchmarks (not run by CI; see docs/BENCHMARKS.md)
 bench:

@@ -8,6 +8,8 @@
 #     (internal/dnstest, used by pkg/discovery and test/e2e). The binary only: the
 #     dnsmasq package adds a system service that would start at install and take
 #     port 53 (next to systemd-resolved, on a developer's machine);
+#   - Debian's nats-server: the NATS side of `make bench-compare` (bench/natsbench) is
+#     tested against a real 3-server cluster;
 #   - Node.js and npm (Debian's nodejs and npm, only if there is no node or npm at
 #     all), and examples/node's packages (@grpc/grpc-js, @grpc/proto-loader) by
 #     `npm ci` from its package-lock.json: the Node.js client example runs too.
@@ -22,6 +24,7 @@ command -v promtool >/dev/null || missing+=(prometheus)
 /usr/bin/python3 -c 'import grpc_tools' 2>/dev/null || missing+=(python3-grpc-tools)
 # dnsmasq lives in /usr/sbin, which a user's PATH may lack.
 command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || missing+=(dnsmasq-base)
+command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 
