@@ -260,6 +260,15 @@ func panicRecovery(log *slog.Logger) recovery.Option {
 // msgSizes are a gRPC server's message bounds, in bytes.
 type msgSizes struct{ recv, send int }
 
+// maxStreamsPerConn bounds the calls open at once on one client connection of the app
+// and peer servers (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; gRPC's own default is
+// unbounded). An app opens a SubmitStream and some watches, a peer its replicate
+// stream and an anti-entropy round or two; each open call holds a goroutine and the
+// stream's state, ~10 KiB, so 1,000 is ~10 MiB per connection at most, with room for an
+// app that watches hundreds of prefixes. A client past it is not refused: its gRPC
+// waits for one of its calls to end (or for its deadline).
+const maxStreamsPerConn = 1000
+
 // newGRPCServer makes a listener's gRPC server with its metrics, panic recovery and,
 // if authFn is set, that check on every call but the health service's (Kubernetes'
 // gRPC probes send no metadata).
@@ -279,6 +288,7 @@ func newGRPCServer(log *slog.Logger, m *grpcmetrics.Metrics, sizes msgSizes, cre
 		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(sizes.recv),
 		grpc.MaxSendMsgSize(sizes.send),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}, peers.ServerOptions()...)...)

@@ -217,3 +217,60 @@ func TestInstanceDataDir(t *testing.T) {
 		t.Fatalf("after the restart: %v %v, node id %s; want k from first, and the node id first", resp, err, inst.node.ID())
 	}
 }
+
+// TestStreamsPerConnection: one client connection holds at most maxStreamsPerConn
+// calls at once; the next waits (its deadline ends it) until one of them ends, and the
+// connection and its open calls are unharmed.
+func TestStreamsPerConnection(t *testing.T) {
+	cfg := fanout.DefaultConfig()
+	cfg.NodeID = "streams"
+	inst, err := startInstance(instanceConfig{
+		appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		inst.shutdown(ctx) //nolint:errcheck // the test is over
+	}()
+	cc, err := dialApp(inst.appAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := fanoutv1.NewFanoutServiceClient(cc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := func(ctx context.Context) (fanoutv1.FanoutService_SubscribeClient, error) {
+		s, err := client.Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: "w/", Snapshot: true})
+		if err == nil {
+			_, err = s.Recv() // the snapshot's end: the call is open on the server
+		}
+		return s, err
+	}
+	cancels := make([]context.CancelFunc, maxStreamsPerConn)
+	for i := range maxStreamsPerConn {
+		sctx, scancel := context.WithCancel(ctx)
+		cancels[i] = scancel
+		if _, err := watch(sctx); err != nil {
+			t.Fatalf("watch %d of %d: %v", i+1, maxStreamsPerConn, err)
+		}
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if _, err := watch(short); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("watch %d: %v, want DeadlineExceeded (waiting for a free stream)", maxStreamsPerConn+1, err)
+	}
+	cancels[0]() // one ends: the next call gets its stream
+	later, cancelLater := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelLater()
+	if _, err := watch(later); err != nil {
+		t.Fatalf("watch after one ended: %v", err)
+	}
+	cancels[1]() // a unary call needs a stream too
+	if _, err := client.GetStatus(later, &fanoutv1.GetStatusRequest{}); err != nil {
+		t.Fatalf("GetStatus once a stream is free: %v", err)
+	}
+}
