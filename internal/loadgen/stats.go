@@ -42,9 +42,25 @@ func newRecorder() *recorder {
 // record adds one received event that arrived at offset arrival from the epoch, with
 // its latencies from the actual send and from the due time.
 func (r *recorder) record(arrival, latency, fromDue time.Duration, measured bool) {
-	us := loadkit.Us(latency)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.add(arrival, latency, fromDue, measured)
+}
+
+// recordSplit is record for a measured event whose latency is also split at the
+// origin's accept: from the send to it and from it to the arrival. Us clamps a
+// negative part (a wall clock that stepped) to the histogram's least value.
+func (r *recorder) recordSplit(arrival, latency, fromDue, toOrigin, fromOrigin time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.add(arrival, latency, fromDue, true)
+	r.toOrigin.RecordValue(loadkit.Us(toOrigin))     //nolint:errcheck // clamped to the range
+	r.fromOrigin.RecordValue(loadkit.Us(fromOrigin)) //nolint:errcheck // clamped to the range
+}
+
+// add is record under r.mu.
+func (r *recorder) add(arrival, latency, fromDue time.Duration, measured bool) {
+	us := loadkit.Us(latency)
 	r.total++
 	r.lastArrival = arrival
 	r.interval.RecordValue(us) //nolint:errcheck // us is clamped to the range
@@ -54,16 +70,6 @@ func (r *recorder) record(arrival, latency, fromDue time.Duration, measured bool
 		r.hist.RecordValue(us)                     //nolint:errcheck // us is clamped to the range
 		r.histDue.RecordValue(loadkit.Us(fromDue)) //nolint:errcheck // clamped too
 	}
-}
-
-// recordSplit adds a measured event's latency split at the origin's accept: from the
-// send to it and from it to the arrival. A negative part (the origin's wall clock
-// stepped) counts as 0.
-func (r *recorder) recordSplit(toOrigin, fromOrigin time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.toOrigin.RecordValue(loadkit.Us(max(toOrigin, 0)))     //nolint:errcheck // clamped to the range
-	r.fromOrigin.RecordValue(loadkit.Us(max(fromOrigin, 0))) //nolint:errcheck // clamped to the range
 }
 
 // takeInterval merges the interval histogram into into, resets it, and returns the

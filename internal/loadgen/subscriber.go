@@ -88,11 +88,11 @@ func (s *subscriber) observe(d *wire.Delivery, arrival time.Duration) {
 		st = loadkit.Stamp{Sent: sent, Due: sent}
 	}
 	fromSent, fromDue := st.Latency(arrival)
-	measured := st.Measured(time.Duration(s.measureFrom.Load()))
-	s.rec.record(arrival, fromSent, fromDue, measured)
-	if ok && measured && d.Submitted != 0 {
+	if measured := st.Measured(time.Duration(s.measureFrom.Load())); ok && measured && d.Submitted != 0 {
 		accepted := time.Unix(0, d.Submitted).Sub(s.clock.epoch) // the origin's wall clock and ours
-		s.rec.recordSplit(accepted-st.Sent, arrival-accepted)
+		s.rec.recordSplit(arrival, fromSent, fromDue, accepted-st.Sent, arrival-accepted)
+	} else {
+		s.rec.record(arrival, fromSent, fromDue, measured)
 	}
 	s.window.Received(s.index, 1)
 	if s.keys == nil {
