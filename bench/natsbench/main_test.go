@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fanout/fanout/internal/testbin"
 )
 
 func TestLogPatterns(t *testing.T) {
@@ -43,25 +43,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// natsServer finds nats-server: Debian installs it in /usr/sbin, which a user's PATH
-// may lack. A missing one fails the test (never skips it) and says how to get it.
-func natsServer(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("nats-server"); err == nil {
-		return p
-	}
-	for _, p := range []string{"/usr/sbin/nats-server", "/usr/bin/nats-server"} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	t.Fatal("nats-server not found in PATH or /usr/sbin: run `bash test/deps.sh` (it installs Debian's nats-server), or `make test`, which does")
-	return ""
-}
-
 // A second of a 3-server cluster, paced and saturated.
 func TestRunCluster(t *testing.T) {
-	bin := natsServer(t)
+	bin := testbin.Find(t, "nats-server", "Debian's nats-server package")
 	base := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
 		drainTimeout: 5 * time.Second, readyTimeout: 15 * time.Second, batch: 10, payload: 100}
 	for _, tc := range []struct {

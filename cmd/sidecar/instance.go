@@ -266,8 +266,8 @@ type msgSizes struct{ recv, send int }
 // stream and an anti-entropy round or two; each open call holds a goroutine and the
 // stream's state (an idle watch: under 20 KiB of heap and stack, client and server
 // sides together, measured in process), so 1,000 is at most 10–20 MiB per connection,
-// with room for an app that watches hundreds of prefixes. A client past it is not refused: its gRPC
-// waits for one of its calls to end (or for its deadline).
+// with room for an app that watches hundreds of prefixes. A client past it is not
+// refused: its gRPC waits for one of its calls to end (or for its deadline).
 const maxStreamsPerConn = 1000
 
 // newGRPCServer makes a listener's gRPC server with its metrics, panic recovery and,

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/freeport"
+	"github.com/fanout/fanout/internal/testbin"
 )
 
 const (
@@ -86,27 +87,13 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("dnstest: %v", err)
 	}
 	t.Cleanup(ports.Release) // after the process is killed: cleanups run last-first
-	s := &Server{t: t, bin: binary(t), dir: t.TempDir(), port: ports.Ports()[0]}
+	s := &Server{t: t, bin: testbin.Find(t, "dnsmasq", "Debian's dnsmasq-base package"), dir: t.TempDir(), port: ports.Ports()[0]}
 	t.Cleanup(s.cleanup)
 	s.writeHosts()
 	s.writeConf()
 	s.launch()
 	s.waitServing()
 	return s
-}
-
-// binary finds dnsmasq: Debian installs it in /usr/sbin, which a user's PATH may lack.
-func binary(t testing.TB) string {
-	if p, err := exec.LookPath("dnsmasq"); err == nil {
-		return p
-	}
-	for _, p := range []string{"/usr/sbin/dnsmasq", "/sbin/dnsmasq"} {
-		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	t.Fatal("dnstest: dnsmasq not found in PATH, /usr/sbin or /sbin: run test/deps.sh (or apt-get install dnsmasq-base)")
-	return ""
 }
 
 // Addr is the server's host:port, for a resolver or --dns-server.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/testbin"
 )
 
 // Tests of the clients in other languages (examples/, SPEC §12): each example runs as
@@ -100,10 +101,7 @@ func pythonExample(t *testing.T) clientExample {
 
 func nodeExample(t *testing.T) clientExample {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not on PATH (%v): install Node.js 18 or later, then run: bash test/deps.sh", err)
-	}
+	node := testbin.Find(t, "node", "Node.js 18 or later: Debian's nodejs package, if there is no node")
 	dir := repoPath(t, "examples/node")
 	check := exec.Command(node, "-e", `for (const m of ['@grpc/grpc-js', '@grpc/proto-loader']) {
 		try { require.resolve(m) } catch (e) { console.error(e.message.split('\n')[0]); process.exit(1) } }`)

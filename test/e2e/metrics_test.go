@@ -17,18 +17,8 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/testbin"
 )
-
-// tool returns the path of an external program a test needs; a missing one fails the
-// test (never skips it) and says how to get it.
-func tool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s not found: run `bash test/deps.sh` (it installs Debian's prometheus package), or `make test`, which does", name)
-	}
-	return p
-}
 
 // scrape returns n's /metrics page.
 func (n *node) scrape(t *testing.T) []byte {
@@ -60,7 +50,7 @@ func mustMetric(t *testing.T, n *node, name string, labels ...string) float64 {
 // counts move by what a known load did. Then a real Prometheus scrapes the nodes and
 // every query of the Grafana dashboard in deploy/ is run against it.
 func TestMetrics(t *testing.T) {
-	promtool := tool(t, "promtool")
+	promtool := testbin.Find(t, "promtool", "Debian's prometheus package")
 	c := startCluster(t, specs(3)...)
 	warmUp(t, c, 1, 2) // the warm-up event is one accepted Submit of A
 
@@ -179,7 +169,7 @@ var quietPanels = map[string]bool{
 // variables filled in): each must be valid, and each panel not in quietPanels must
 // return series.
 func testDashboard(t *testing.T, c *cluster) {
-	prom := tool(t, "prometheus")
+	prom := testbin.Find(t, "prometheus", "Debian's prometheus package")
 	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "fanout.json"))
 	if err != nil {
 		t.Fatal(err)
