@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test deps unit manifests generate check-generated lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test deps unit manifests generate check-generated docs lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -47,6 +47,11 @@ unit:
 ## variable the manifests set, answers the probes' gRPC health checks
 manifests:
 	$(GO) -C deploy/kubernetes/check test -count=1 ./...
+
+## docs: rewrite docs/CLI.md, the command and flag reference, from the commands
+## themselves (cmd/sidecar's TestCLIReferenceIsCurrent fails when it is stale)
+docs:
+	$(GO) run ./cmd/sidecar docs > docs/CLI.md
 
 ## generate: rewrite gen/ from proto/ (offline: buf and plugins are Go tools)
 generate:
