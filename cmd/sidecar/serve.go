@@ -54,7 +54,7 @@ func defaultServeOptions() serveOptions {
 }
 
 // addFlags registers the flags of serve on fs. The usage text gives each default's
-// reason; README.md lists them all.
+// reason; docs/CLI.md (make docs) lists them all.
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	c := &o.node
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this sidecar's id (default: the hostname, which is the pod name on Kubernetes)")
