@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test deps unit manifests generate check-generated docs lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -24,7 +24,7 @@ demo: build
 ## test: everything CI checks — format, vet, proto lint, generated code is current,
 ## every test (unit, handler, fuzz seeds, end-to-end) with the race detector, and the
 ## packaging (Dockerfile, Kubernetes manifests)
-test: fmt-check vet lint check-generated deps unit manifests
+test: fmt-check docs-check vet lint check-generated deps unit manifests
 
 ## deps: install the test tools Go does not bring (promtool, Python's grpc, Node.js and
 ## examples/node's packages by npm ci), if missing or stale
@@ -66,6 +66,12 @@ check-generated: generate
 ## lint: buf lint (STANDARD) on the API
 lint:
 	$(BUF) lint
+
+## docs-check: README and docs/BENCHMARKS.md stay references a newcomer reads, not
+## journals: at most 300 and 600 lines (history lives in git)
+docs-check:
+	@n=$$(wc -l <README.md); if [ $$n -gt 300 ]; then echo "README.md is $$n lines, at most 300: move detail to docs/"; exit 1; fi
+	@n=$$(wc -l <docs/BENCHMARKS.md); if [ $$n -gt 600 ]; then echo "docs/BENCHMARKS.md is $$n lines, at most 600: keep the current figure per measure"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -35,7 +35,7 @@ const (
 	defaultStateKeys  = 1000000                   // --state-max-keys
 	defaultStateBytes = 512 << 20                 // --state-max-bytes
 	// Bytes the state table takes per key beside the event's own bytes
-	// (docs/BENCHMARKS.md, "RSS of a node holding 1M keys": ~122 B), rounded up.
+	// (docs/BENCHMARKS.md, "The state table": ~105 B), with room to spare.
 	stateBytesPerKey = 128
 )
 
