@@ -5,10 +5,9 @@
 // # Life of a write
 //
 // Put hashes the key and finds its entry. A write that is not newer than the entry
-// is Stale and changes nothing. A write that would take the table past MaxKeys or
-// MaxBytes first makes the table collect the tombstones older than TombstoneTTL; if
-// that frees nothing, it is Full and changes nothing. Otherwise the table takes the
-// next revision and:
+// is Stale and changes nothing. A write that would take the table past its bounds
+// (below) is Full and changes nothing. Otherwise the table takes the next revision
+// and:
 //
 //   - copies the event's bytes into the arena (arena.go), a set of 1 MiB append-only
 //     slabs; the entry's old record is now dead, and a slab less than half live is
@@ -30,9 +29,38 @@
 // A snapshot is a scan up to the revision it started at, without deletions; the
 // changes after that revision follow as a live scan. A resume is a live scan from the
 // client's last revision. Deletions are tombstones (Deleted entries), kept for
-// TombstoneTTL so that watchers and peers learn of them and an older write cannot
-// bring the key back; once one is collected, a live scan from before it could miss
-// the deletion, so Next and CheckResume refuse it with ErrCompacted.
+// TombstoneTTL (or until MaxTombstones needs their room, see Bounds) so that
+// watchers and peers learn of them and an older write cannot bring the key back;
+// once one is collected, a live scan from before it could miss the deletion, so
+// Next and CheckResume refuse it with ErrCompacted.
+//
+// # Bounds
+//
+// The live keys (not deleted) and the tombstones are bounded apart, each in keys
+// and in bytes: MaxKeys and MaxBytes, MaxTombstones and MaxTombstoneBytes. So a
+// delete makes room at once: the key leaves the live bounds and its tombstone goes
+// to its own. Writing a deleted key again is a new key for MaxKeys.
+//
+// A tombstone never waits for room: at MaxTombstones or MaxTombstoneBytes the
+// oldest tombstones (by their age at the origin, then by revision) are collected
+// first, before their TombstoneTTL, and counted (Stats.CollectedEarly; one that is
+// due anyway counts as Collected). The price of collecting one early is the price of
+// collecting any: a peer that missed the delete, and still holds the key, can bring
+// it back. Only a tombstone bigger than MaxTombstoneBytes is Full.
+//
+// A write is the node's own (Write.Own: its app's Submit, or its own disk at start)
+// or a peer's (replicated by its origin, or brought by anti-entropy from any peer).
+// OwnReservePercent of MaxKeys and of MaxBytes is kept for the node's own writes: a
+// peer's write adds a key only while the live keys are below MaxKeys less that
+// share, and grows the bytes only within MaxBytes less that share; the node's own
+// writes go on to the bounds. So a flood that peers replicate or relay fills a
+// table only to the reserve, and the node's app still writes new keys while it
+// lasts; the refused peer writes are counted (Stats.RefusedPeer) and their senders
+// retry them, as at any bound. A peer's write that does not grow the bytes (an
+// update of a key held, no bigger; a delete) is never refused for the reserve.
+//
+// With the defaults (a million keys and 512 MiB live, a million tombstones and
+// 128 MiB, 10 % reserved), a node's app keeps 100,000 keys and 51 MiB to itself.
 //
 // # Memory
 //

@@ -17,7 +17,10 @@ type model struct {
 	m         map[string]modelEntry
 	rev       uint64
 	compacted uint64
-	bytes     int64
+	bytes     int64 // of the live keys
+	tombBytes int64 // of the tombstones
+	// counters, as Stats
+	refused, refusedPeer, collected, collectedEarly uint64
 }
 
 type modelEntry struct {
@@ -30,52 +33,118 @@ type modelEntry struct {
 }
 
 func newModel(cfg Config) *model {
-	return &model{cfg: cfg, m: map[string]modelEntry{}, rev: cfg.FirstRevision, compacted: cfg.FirstRevision}
+	return &model{cfg: cfg.withDefaults(), m: map[string]modelEntry{}, rev: cfg.FirstRevision, compacted: cfg.FirstRevision}
 }
 
 func (m *model) collect(now time.Time) int {
 	n := 0
 	for k, e := range m.m {
 		if e.deleted && !e.at.After(now.Add(-m.cfg.TombstoneTTL)) {
-			delete(m.m, k)
-			m.bytes -= int64(len(e.raw))
-			m.compacted = max(m.compacted, e.rev)
+			m.forget(k)
 			n++
 		}
 	}
+	m.collected += uint64(n)
 	return n
 }
 
-func (m *model) put(key string, raw []byte, s Stamp, sub int64, del bool, now time.Time) Result {
-	try := func() (Result, bool) {
-		old, ok := m.m[key]
-		if ok && !s.Newer(old.stamp) {
-			return Result{Outcome: Stale, Current: old.stamp}, true
+func (m *model) forget(k string) {
+	e := m.m[k]
+	delete(m.m, k)
+	m.tombBytes -= int64(len(e.raw))
+	m.compacted = max(m.compacted, e.rev)
+}
+
+// live counts the keys not deleted; tombs the others.
+func (m *model) live() (live, tombs int) {
+	for _, e := range m.m {
+		if e.deleted {
+			tombs++
+		} else {
+			live++
 		}
-		if !ok && del && sub != 0 && sub <= now.Add(-m.cfg.TombstoneTTL).UnixNano() {
-			return Result{Outcome: Stale}, true // an expired deletion of an absent key
-		}
-		grow := int64(len(raw)) - int64(len(old.raw))
-		if (!ok && len(m.m) >= m.cfg.MaxKeys) || m.bytes+grow > m.cfg.MaxBytes {
-			return Result{Outcome: Full}, false
-		}
-		m.rev++
-		m.bytes += grow
-		at := now // a tombstone's age counts from its origin
-		if sub != 0 && sub < now.UnixNano() {
-			at = time.Unix(0, sub)
-		}
-		m.m[key] = modelEntry{raw: append([]byte(nil), raw...), stamp: s, submitted: sub, rev: m.rev, deleted: del, at: at}
-		return Result{Outcome: Applied, Revision: m.rev}, true
 	}
-	if r, ok := try(); ok {
-		return r
+	return live, tombs
+}
+
+// oldestTomb is the key of the oldest tombstone by (at, rev), other than except.
+func (m *model) oldestTomb(except string) (string, bool) {
+	best, found := "", false
+	for k, e := range m.m {
+		if !e.deleted || k == except {
+			continue
+		}
+		if b := m.m[best]; !found || e.at.Before(b.at) || (e.at.Equal(b.at) && e.rev < b.rev) {
+			best, found = k, true
+		}
 	}
-	if m.collect(now) > 0 {
-		r, _ := try()
-		return r
+	return best, found
+}
+
+// fitsLive: a live write within the bounds of doc.go, "Bounds".
+func (m *model) fitsLive(old modelEntry, ok bool, size int, own bool, live int) bool {
+	maxKeys, maxBytes := m.cfg.MaxKeys, m.cfg.MaxBytes
+	if !own { // the reserve: OwnReservePercent of each bound
+		maxKeys -= m.cfg.MaxKeys * m.cfg.OwnReservePercent / 100
+		maxBytes -= m.cfg.MaxBytes * int64(m.cfg.OwnReservePercent) / 100
 	}
-	return Result{Outcome: Full}
+	wasLive := ok && !old.deleted
+	grow := int64(size)
+	if wasLive {
+		grow -= int64(len(old.raw))
+	}
+	return (wasLive || live < maxKeys) && (grow <= 0 || m.bytes+grow <= maxBytes)
+}
+
+func (m *model) put(key string, raw []byte, s Stamp, sub int64, del, own bool, now time.Time) Result {
+	old, ok := m.m[key]
+	if ok && !s.Newer(old.stamp) {
+		return Result{Outcome: Stale, Current: old.stamp}
+	}
+	if !ok && del && sub != 0 && sub <= now.Add(-m.cfg.TombstoneTTL).UnixNano() {
+		return Result{Outcome: Stale} // an expired deletion of an absent key
+	}
+	live, _ := m.live()
+	if (del && int64(len(raw)) > m.cfg.MaxTombstoneBytes) || (!del && !m.fitsLive(old, ok, len(raw), own, live)) {
+		m.refused++
+		if !own {
+			m.refusedPeer++
+		}
+		return Result{Outcome: Full}
+	}
+	// The old state of the key goes.
+	if ok && old.deleted {
+		m.tombBytes -= int64(len(old.raw))
+	} else if ok {
+		m.bytes -= int64(len(old.raw))
+	}
+	delete(m.m, key)
+	if del { // the oldest tombstones make room
+		horizon := now.Add(-m.cfg.TombstoneTTL)
+		for {
+			_, tombs := m.live()
+			if tombs < m.cfg.MaxTombstones && m.tombBytes+int64(len(raw)) <= m.cfg.MaxTombstoneBytes {
+				break
+			}
+			k, _ := m.oldestTomb(key)
+			if m.m[k].at.After(horizon) {
+				m.collectedEarly++
+			} else {
+				m.collected++
+			}
+			m.forget(k)
+		}
+		m.tombBytes += int64(len(raw))
+	} else {
+		m.bytes += int64(len(raw))
+	}
+	m.rev++
+	at := now // a tombstone's age counts from its origin
+	if sub != 0 && sub < now.UnixNano() {
+		at = time.Unix(0, sub)
+	}
+	m.m[key] = modelEntry{raw: append([]byte(nil), raw...), stamp: s, submitted: sub, rev: m.rev, deleted: del, at: at}
+	return Result{Outcome: Applied, Revision: m.rev, Added: !del && (!ok || old.deleted)}
 }
 
 // changes is every entry with a revision above after, in revision order.
@@ -129,7 +198,8 @@ func (h *harness) step(op, a, b, c uint8) {
 	rng := rand.New(rand.NewPCG(uint64(a), uint64(b)<<8|uint64(c)))
 	h.steps++
 	switch op % 8 {
-	case 0, 1, 2, 3: // put
+	case 0, 1, 2, 3: // put, by the node's own app or from a peer
+		own := op&8 != 0
 		key := h.keys[int(a)%len(h.keys)]
 		raw, off := event(rng, key)
 		if h.big && c%7 == 0 {
@@ -145,11 +215,11 @@ func (h *harness) step(op, a, b, c uint8) {
 		if a%4 != 0 {
 			sub = h.now.Add(-time.Duration(b) * time.Second).UnixNano()
 		}
-		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: sub, Deleted: del}
+		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: sub, Deleted: del, Own: own}
 		got := h.tab.Put(w, h.now)
-		want := h.ref.put(key, raw, s, sub, del, h.now)
+		want := h.ref.put(key, raw, s, sub, del, own, h.now)
 		if got != want {
-			h.t.Fatalf("Put(%s %+v del=%v) = %+v, model %+v", key, s, del, got, want)
+			h.t.Fatalf("Put(%s %+v del=%v own=%v) = %+v, model %+v", key, s, del, own, got, want)
 		}
 		raw[off] ^= 0xff // the table must have copied it
 	case 4: // time passes
@@ -221,20 +291,22 @@ func sameEntry(g Entry, w modelEntry) bool {
 
 func (h *harness) checkStats() {
 	st := h.tab.Stats()
-	tombs := 0
-	for _, e := range h.ref.m {
-		if e.deleted {
-			tombs++
-		}
+	m := h.ref
+	live, tombs := m.live()
+	if st.Keys != live || st.Bytes != m.bytes || st.Tombstones != tombs || st.TombstoneBytes != m.tombBytes ||
+		st.Revision != m.rev || st.Compacted != m.compacted || st.Refused != m.refused || st.RefusedPeer != m.refusedPeer ||
+		st.Collected != m.collected || st.CollectedEarly != m.collectedEarly {
+		h.t.Fatalf("stats %+v; model keys %d bytes %d tombstones %d (%d bytes) rev %d compacted %d refused %d (peer %d) collected %d (early %d)",
+			st, live, m.bytes, tombs, m.tombBytes, m.rev, m.compacted, m.refused, m.refusedPeer, m.collected, m.collectedEarly)
 	}
-	if st.Keys != len(h.ref.m) || st.Bytes != h.ref.bytes || st.Tombstones != tombs ||
-		st.Revision != h.ref.rev || st.Compacted != h.ref.compacted {
-		h.t.Fatalf("stats %+v; model keys %d bytes %d tombstones %d rev %d compacted %d",
-			st, len(h.ref.m), h.ref.bytes, tombs, h.ref.rev, h.ref.compacted)
+	// The bounds hold (a peer's write stays within the smaller ones, so these are
+	// the bounds of all).
+	if st.Keys > m.cfg.MaxKeys || st.Bytes > m.cfg.MaxBytes || st.Tombstones > m.cfg.MaxTombstones || st.TombstoneBytes > m.cfg.MaxTombstoneBytes {
+		h.t.Fatalf("stats %+v past the bounds %+v", st, m.cfg)
 	}
 	// The log and the arena stay proportional to what is live.
-	if limit := 2*st.Keys + 2*chunkSlots; st.LogSlots > limit {
-		h.t.Fatalf("log holds %d slots for %d keys (limit %d)", st.LogSlots, st.Keys, limit)
+	if limit := 2*(st.Keys+st.Tombstones) + 2*chunkSlots; st.LogSlots > limit {
+		h.t.Fatalf("log holds %d slots for %d keys and tombstones (limit %d)", st.LogSlots, st.Keys+st.Tombstones, limit)
 	}
 	if len(h.keys) <= 50 || h.steps%32 == 0 { // it walks every entry
 		h.checkArena()
@@ -283,6 +355,11 @@ func TestTableAgainstModel(t *testing.T) {
 		{"many keys", Config{MaxKeys: 5000, MaxBytes: 1 << 30, TombstoneTTL: time.Minute}, 250, 40000, 5, false, false},
 		{"hashes collide", Config{MaxKeys: 30, MaxBytes: 1 << 20, TombstoneTTL: time.Minute}, 40, 20000, 7, true, false},
 		{"big events", Config{MaxKeys: 100, MaxBytes: 4 * bigRecord, TombstoneTTL: time.Minute}, 30, 5000, 8, false, true},
+		{"tombstone bound", Config{MaxKeys: 1000, MaxBytes: 1 << 20, MaxTombstones: 3, TombstoneTTL: time.Hour}, 30, 20000, 9, false, false},
+		{"tombstone byte bound", Config{MaxKeys: 1000, MaxBytes: 1 << 20, MaxTombstoneBytes: 150, TombstoneTTL: time.Hour}, 30, 20000, 10, false, false},
+		{"own reserve", Config{MaxKeys: 10, MaxBytes: 600, OwnReservePercent: 30, TombstoneTTL: time.Minute}, 30, 20000, 11, false, false},
+		{"every bound", Config{MaxKeys: 8, MaxBytes: 400, MaxTombstones: 4, MaxTombstoneBytes: 200, OwnReservePercent: 25,
+			TombstoneTTL: 20 * time.Second}, 20, 40000, 12, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.cfg, tc.keys)
@@ -294,6 +371,9 @@ func TestTableAgainstModel(t *testing.T) {
 			for range tc.steps {
 				h.step(uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)))
 			}
+			st := h.tab.Stats()
+			t.Logf("keys %d, tombstones %d; refused %d (of peers %d), collected %d, early %d",
+				st.Keys, st.Tombstones, st.Refused, st.RefusedPeer, st.Collected, st.CollectedEarly)
 		})
 	}
 }
@@ -310,7 +390,7 @@ func TestCompactionKeepsRevisionOrder(t *testing.T) {
 	put := func(key string, v uint64) {
 		raw, off := event(rng, key)
 		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: Stamp{Version: v, Origin: "a"}}
-		if got, want := h.tab.Put(w, h.now), h.ref.put(key, raw, w.Stamp, 0, false, h.now); got != want {
+		if got, want := h.tab.Put(w, h.now), h.ref.put(key, raw, w.Stamp, 0, false, false, h.now); got != want {
 			t.Fatalf("Put %s: %+v, model %+v", key, got, want)
 		}
 	}
@@ -392,7 +472,8 @@ func FuzzTable(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 7, 1, 0, 0, 0, 2, 9, 5, 5, 0, 0, 0, 7, 0, 0, 4})
 	f.Add(bytes.Repeat([]byte{0, 3, 1, 5, 4, 200, 0, 0, 5, 0, 0, 0, 7, 2, 3, 4}, 20))
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		cfg := Config{MaxKeys: 1 + int(len(ops)%9), MaxBytes: 200 + int64(len(ops)%7)*40, TombstoneTTL: 20 * time.Second}
+		cfg := Config{MaxKeys: 1 + int(len(ops)%9), MaxBytes: 200 + int64(len(ops)%7)*40, TombstoneTTL: 20 * time.Second,
+			MaxTombstones: len(ops) % 5, MaxTombstoneBytes: int64(len(ops)%3) * 80, OwnReservePercent: len(ops) % 4 * 20}
 		h := newHarness(t, cfg, 12)
 		for len(ops) >= 4 {
 			h.step(ops[0], ops[1], ops[2], ops[3])
@@ -402,43 +483,92 @@ func FuzzTable(f *testing.F) {
 }
 
 // TestCollectedAndPastCompaction: Config.Collected hears the key of every tombstone
-// the table forgets, by Collect and by a Put at a bound; a scan with PastCompaction
-// reads on from below the compacted revision where a plain one is refused.
+// the table forgets, by Collect and by a delete at MaxTombstones (the oldest first,
+// before their TTL); a delete makes room for a new key at once; a scan with
+// PastCompaction reads on from below the compacted revision where a plain one is
+// refused.
 func TestCollectedAndPastCompaction(t *testing.T) {
 	var forgotten []string
-	tab, err := New(Config{MaxKeys: 3, MaxBytes: 1000, TombstoneTTL: time.Second, FirstRevision: 50,
+	tab, err := New(Config{MaxKeys: 3, MaxBytes: 1000, MaxTombstones: 2, TombstoneTTL: time.Second, FirstRevision: 50,
 		Collected: func(k []byte) { forgotten = append(forgotten, string(k)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Unix(1000, 0)
-	del := func(k string, v uint64) {
-		tab.Put(&Write{Key: []byte(k), Raw: []byte(k), Stamp: Stamp{Version: v, Origin: "a"}, Deleted: true}, now)
+	v := uint64(0)
+	put := func(k string, del bool) Result {
+		v++
+		return tab.Put(&Write{Key: []byte(k), Raw: []byte(k), Stamp: Stamp{Version: v, Origin: "a"}, Deleted: del}, now)
 	}
-	del("a", 1)                                                                                     // 51
-	del("b", 1)                                                                                     // 52
-	tab.Put(&Write{Key: []byte("c"), Raw: []byte("c"), Stamp: Stamp{Version: 1, Origin: "a"}}, now) // 53
+	put("a", true)  // 51
+	put("b", true)  // 52
+	put("c", false) // 53
 	now = now.Add(2 * time.Second)
 	if n := tab.Collect(now); n != 2 || !slices.Equal(forgotten, []string{"a", "b"}) {
 		t.Fatalf("Collect: %d, heard %q; want a and b", n, forgotten)
 	}
-	del("d", 1) // 54
-	del("e", 1) // 55
-	now = now.Add(2 * time.Second)
-	forgotten = nil
-	// The table is full (c, d, e): a new key collects the due tombstones first.
-	if r := tab.Put(&Write{Key: []byte("f"), Raw: []byte("f"), Stamp: Stamp{Version: 1, Origin: "a"}}, now); r.Outcome != Applied {
-		t.Fatalf("Put at the bound with due tombstones: %+v", r)
+	put("d", false) // 54
+	put("e", false) // 55
+	if r := put("f", false); r.Outcome != Full {
+		t.Fatalf("a fourth key in a table of 3: %+v", r)
 	}
-	slices.Sort(forgotten)
-	if !slices.Equal(forgotten, []string{"d", "e"}) {
-		t.Fatalf("Put at the bound: heard %q, want d and e", forgotten)
+	forgotten = nil
+	now = now.Add(time.Millisecond)
+	put("d", true) // 56: deleting a key makes room at once
+	if r := put("f", false); r.Outcome != Applied || !r.Added {
+		t.Fatalf("a new key after a delete: %+v", r)
+	}
+	now = now.Add(time.Millisecond)
+	put("e", true) // 58
+	put("c", true) // 59: a third tombstone; d's, the oldest, goes before its TTL
+	if st := tab.Stats(); !slices.Equal(forgotten, []string{"d"}) || st.CollectedEarly != 1 || st.Tombstones != 2 || st.Keys != 1 {
+		t.Fatalf("a third tombstone at MaxTombstones 2: heard %q, stats %+v; want d forgotten early, 2 tombstones, 1 key", forgotten, st)
 	}
 	if _, err := tab.Next(&Scan{After: 50, Deletions: true}, nil); !errors.Is(err, ErrCompacted) {
 		t.Fatalf("a plain scan below the compacted revision: %v, want ErrCompacted", err)
 	}
 	got, err := tab.Next(&Scan{After: 50, Deletions: true, PastCompaction: true, MaxEntries: 10, MaxBytes: 100}, nil)
-	if err != nil || len(got) != 2 || string(got[0].Key) != "c" || string(got[1].Key) != "f" {
-		t.Fatalf("PastCompaction scan: %d entries, %v; want c and f", len(got), err)
+	if err != nil || len(got) != 3 || string(got[0].Key) != "f" || string(got[1].Key) != "e" || string(got[2].Key) != "c" {
+		t.Fatalf("PastCompaction scan: %d entries, %v; want f, e and c", len(got), err)
+	}
+}
+
+// TestOwnReserve: writes from peers stop adding keys, and bytes, at the bounds less
+// OwnReservePercent; the node's own writes go on to the bounds; a peer's update of
+// a key the table holds still goes through.
+func TestOwnReserve(t *testing.T) {
+	tab, err := New(Config{MaxKeys: 10, MaxBytes: 1000, OwnReservePercent: 20, TombstoneTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	put := func(k string, v uint64, size int, own bool) Outcome {
+		raw := append([]byte(k), make([]byte, size-len(k))...)
+		return tab.Put(&Write{Key: raw[:len(k)], Raw: raw, Stamp: Stamp{Version: v, Origin: "p"}, Own: own}, now).Outcome
+	}
+	for i := range 8 {
+		if o := put(fmt.Sprintf("p%d", i), 1, 10, false); o != Applied {
+			t.Fatalf("peer key %d of 8: %v", i, o)
+		}
+	}
+	if o := put("p8", 1, 10, false); o != Full {
+		t.Fatalf("a ninth peer key, past 80 %% of 10: %v, want Full", o)
+	}
+	if o := put("p0", 2, 730, false); o != Applied {
+		t.Fatalf("a peer's update of a key held, to 800 bytes: %v", o)
+	}
+	if o := put("p1", 2, 11, false); o != Full {
+		t.Fatalf("a peer's update past 800 bytes: %v, want Full", o)
+	}
+	for _, k := range []string{"o1", "o2"} {
+		if o := put(k, 1, 10, true); o != Applied {
+			t.Fatalf("own key %s in the reserve: %v", k, o)
+		}
+	}
+	if o := put("o3", 1, 10, true); o != Full {
+		t.Fatalf("an eleventh key: %v, want Full", o)
+	}
+	if st := tab.Stats(); st.Keys != 10 || st.Refused != 3 || st.RefusedPeer != 2 {
+		t.Fatalf("stats %+v: want 10 keys, 3 refused, 2 of them peers'", st)
 	}
 }

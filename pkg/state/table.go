@@ -13,10 +13,23 @@ import (
 
 // Config bounds a table. It is copied by New.
 type Config struct {
-	// MaxKeys bounds the entries, tombstones included (--state-max-keys).
+	// MaxKeys bounds the keys that are not deleted (--state-max-keys). Tombstones
+	// have a bound of their own, so that a delete makes room at once.
 	MaxKeys int
-	// MaxBytes bounds the entries' event bytes, tombstones included (--state-max-bytes).
+	// MaxBytes bounds the event bytes of the keys that are not deleted
+	// (--state-max-bytes).
 	MaxBytes int64
+	// MaxTombstones bounds the tombstones (--state-max-tombstones). At the bound a
+	// new tombstone collects the oldest ones first, before TombstoneTTL (doc.go,
+	// "Bounds"). 0: as many as MaxKeys.
+	MaxTombstones int
+	// MaxTombstoneBytes bounds the tombstones' event bytes
+	// (--state-max-tombstone-bytes). 0: a quarter of MaxBytes.
+	MaxTombstoneBytes int64
+	// OwnReservePercent is the share of MaxKeys and MaxBytes, in percent, kept for
+	// the writes marked Own (the node's own app's): a write from a peer adds a key,
+	// or grows the bytes, only within the rest (doc.go, "Bounds"). 0: no reserve.
+	OwnReservePercent int
 	// TombstoneTTL is how long a deleted key is remembered (--tombstone-ttl).
 	TombstoneTTL time.Duration
 	// FirstRevision: the table's revisions start above it. A node passes a value
@@ -38,6 +51,18 @@ func DefaultConfig() Config {
 		// 512 MiB of event bytes: a million keys of ~500 bytes. Above it a sidecar
 		// is no longer a small process next to its app.
 		MaxBytes: 512 << 20,
+		// As many tombstones as keys: deleting every key of a full table keeps every
+		// tombstone for its TTL; only more deletes than that collect some early.
+		MaxTombstones: 1_000_000,
+		// A deletion needs its task_id and version, not a payload: a million
+		// tombstones of up to 134 bytes.
+		MaxTombstoneBytes: 128 << 20,
+		// 10 %: the node's own app keeps 100,000 keys and 51 MiB at the default
+		// bounds (hours of new keys for a busy app) when its peers' writes, or a flood
+		// they relay, fill the rest; time for the alert on fanout_state_keys and for
+		// deletes. It is what a healthy cluster, where every node holds every key,
+		// gives up of its bound for the peers' keys.
+		OwnReservePercent: 10,
 		// A day: longer than any partition or rolling deploy a peer can be away
 		// for and still hold the pre-delete state, which would then come back.
 		TombstoneTTL: 24 * time.Hour,
@@ -52,11 +77,36 @@ func (c Config) validate() error {
 	if c.MaxBytes <= 0 {
 		errs = append(errs, configerr.New("state.Config.MaxBytes", "must be > 0, got %d", c.MaxBytes))
 	}
+	if c.MaxTombstones < 0 || c.MaxTombstones > maxEntries-max(c.MaxKeys, 0) {
+		errs = append(errs, configerr.New("state.Config.MaxTombstones", "must be 0..%d (with MaxKeys, at most %d entries), got %d",
+			maxEntries-max(c.MaxKeys, 0), maxEntries, c.MaxTombstones))
+	}
+	if c.MaxTombstoneBytes < 0 {
+		errs = append(errs, configerr.New("state.Config.MaxTombstoneBytes", "must be >= 0, got %d", c.MaxTombstoneBytes))
+	}
+	if c.OwnReservePercent < 0 || c.OwnReservePercent > 90 {
+		errs = append(errs, configerr.New("state.Config.OwnReservePercent", "must be 0..90, got %d", c.OwnReservePercent))
+	}
 	if c.TombstoneTTL <= 0 {
 		errs = append(errs, configerr.New("state.Config.TombstoneTTL", "must be > 0, got %s", c.TombstoneTTL))
 	}
 	return errors.Join(errs...)
 }
+
+// withDefaults fills the tombstone bounds left 0.
+func (c Config) withDefaults() Config {
+	if c.MaxTombstones == 0 {
+		c.MaxTombstones = c.MaxKeys
+	}
+	if c.MaxTombstoneBytes == 0 {
+		c.MaxTombstoneBytes = max(c.MaxBytes/4, 1)
+	}
+	return c
+}
+
+// peerKeys and peerBytes are the bounds a write that is not Own stays within.
+func (c Config) peerKeys() int    { return c.MaxKeys - c.MaxKeys*c.OwnReservePercent/100 }
+func (c Config) peerBytes() int64 { return c.MaxBytes - c.MaxBytes*int64(c.OwnReservePercent)/100 }
 
 // maxEntries keeps entry indexes below the none marker.
 const maxEntries = 1<<31 - 1
@@ -84,6 +134,10 @@ type Write struct {
 	Stamp     Stamp
 	Submitted int64 // unix nanos at the origin
 	Deleted   bool
+	// Own marks a write of the node's own app (Submit), or one it restores from its
+	// own disk: it may take the share of the bounds kept by OwnReservePercent. A
+	// write from a peer (replicated, or brought by anti-entropy) may not.
+	Own bool
 }
 
 // Outcome is what Put did with a write.
@@ -94,7 +148,9 @@ const (
 	Applied Outcome = iota
 	// Stale: the key holds Result.Current, which is this write's stamp or newer.
 	Stale
-	// Full: the write would take the table past MaxKeys or MaxBytes.
+	// Full: the write would take the table past MaxKeys or MaxBytes (less the
+	// reserve, for a write that is not Own), or it is a tombstone bigger than
+	// MaxTombstoneBytes.
 	Full
 )
 
@@ -103,6 +159,8 @@ type Result struct {
 	Outcome  Outcome
 	Revision uint64 // Applied
 	Current  Stamp  // Stale
+	// Added: Applied, and the key was not live before (absent, or a tombstone).
+	Added bool
 }
 
 // Entry is a key's state as read. Raw and Key alias the table's arena and stay valid
@@ -118,14 +176,20 @@ type Entry struct {
 
 // Stats is a snapshot of the table's gauges and counters.
 type Stats struct {
-	Keys, Tombstones   int
-	Bytes              int64 // event bytes of the entries
-	ArenaBytes         int64 // the arena's slabs, live and dead records
-	LogSlots           int   // revision log slots, live and dead
-	Revision           uint64
-	Compacted          uint64 // the oldest revision a Resume may start from
-	Refused, StaleSeen uint64
-	Collected          uint64 // tombstones removed after TombstoneTTL
+	Keys, Tombstones int   // keys not deleted; tombstones (deleted keys remembered)
+	Bytes            int64 // event bytes of the keys not deleted
+	TombstoneBytes   int64 // event bytes of the tombstones
+	ArenaBytes       int64 // the arena's slabs, live and dead records
+	LogSlots         int   // revision log slots, live and dead
+	Revision         uint64
+	Compacted        uint64 // the oldest revision a Resume may start from
+	// Refused counts writes refused at a bound (Full), RefusedPeer those of them
+	// that were not Own.
+	Refused, RefusedPeer, StaleSeen uint64
+	Collected                       uint64 // tombstones removed after TombstoneTTL
+	// CollectedEarly counts tombstones removed before TombstoneTTL, to make room
+	// for newer ones at MaxTombstones or MaxTombstoneBytes.
+	CollectedEarly uint64
 }
 
 // none marks "no entry".
@@ -194,6 +258,7 @@ func New(cfg Config) (*Table, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	t := &Table{
 		cfg:     cfg,
 		hash:    hasher(maphash.MakeSeed()),
@@ -225,18 +290,18 @@ func (t *Table) keyOf(e *entry) []byte {
 	return raw[e.keyOff : e.keyOff+e.keyLen]
 }
 
-// Put applies w if it is newer than the key's entry, within the bounds. At a bound,
-// due tombstones are collected first, and the write is tried once more.
+// Put applies w if it is newer than the key's entry, within the bounds. A tombstone
+// at MaxTombstones or MaxTombstoneBytes collects the oldest tombstones first.
 func (t *Table) Put(w *Write, now time.Time) Result {
 	h := t.hash(w.Key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.put(h, w, now)
-	if r.Outcome == Full && t.collect(now) > 0 {
-		r = t.put(h, w, now)
-	}
 	if r.Outcome == Full {
 		t.st.Refused++
+		if !w.Own {
+			t.st.RefusedPeer++
+		}
 	}
 	return r
 }
@@ -257,9 +322,10 @@ func (t *Table) put(h uint64, w *Write, now time.Time) Result {
 		t.st.StaleSeen++
 		return Result{Outcome: Stale}
 	}
-	if !t.fits(old, len(w.Raw)) {
+	if !t.fits(old, w) {
 		return Result{Outcome: Full}
 	}
+	added := !w.Deleted && (old == nil || old.deleted)
 	// The key's digest hash, once: a replaced entry's key is w.Key, so its old state
 	// leaves the digest in the same toggle as the new one enters, and its old record
 	// is not read again.
@@ -271,23 +337,55 @@ func (t *Table) put(h uint64, w *Write, now time.Time) Result {
 		out = t.entryDigest(old, kh) // before release unrefs its origin
 		t.release(i)
 	}
+	if w.Deleted {
+		t.makeTombRoom(int64(len(w.Raw)), now) // after release: i's own tomb is stale now
+	}
 	t.set(i, w, now, kh, out)
 	t.wake()
-	return Result{Outcome: Applied, Revision: t.rev}
+	return Result{Outcome: Applied, Revision: t.rev, Added: added}
 }
 
 func (t *Table) stampOf(e *entry) Stamp {
 	return Stamp{Version: e.version, Origin: t.origins.name(e.origin)}
 }
 
-// fits reports whether replacing old (nil: a new key) by size bytes stays within the
-// bounds.
-func (t *Table) fits(old *entry, size int) bool {
-	grow := int64(size)
-	if old != nil {
+// fits reports whether w can replace old (nil: a new key) within the bounds. A
+// tombstone fits if it is not bigger than MaxTombstoneBytes: older tombstones make
+// room for it (makeTombRoom). A key that is not live (new, or deleted) is a new key
+// for MaxKeys. A write that is not Own stays within the bounds less the reserve; a
+// write that does not grow the bytes always fits them.
+func (t *Table) fits(old *entry, w *Write) bool {
+	size := int64(len(w.Raw))
+	if w.Deleted {
+		return size <= t.cfg.MaxTombstoneBytes
+	}
+	maxKeys, maxBytes := t.cfg.MaxKeys, t.cfg.MaxBytes
+	if !w.Own {
+		maxKeys, maxBytes = t.cfg.peerKeys(), t.cfg.peerBytes()
+	}
+	live := old != nil && !old.deleted
+	grow := size
+	if live {
 		grow -= int64(old.size)
 	}
-	return (old != nil || t.st.Keys < t.cfg.MaxKeys) && t.st.Bytes+grow <= t.cfg.MaxBytes
+	return (live || t.st.Keys < maxKeys) && (grow <= 0 || t.st.Bytes+grow <= maxBytes)
+}
+
+// makeTombRoom collects the oldest tombstones until one more of size bytes fits
+// MaxTombstones and MaxTombstoneBytes. size is at most MaxTombstoneBytes (fits).
+func (t *Table) makeTombRoom(size int64, now time.Time) {
+	horizon := now.Add(-t.cfg.TombstoneTTL).UnixNano()
+	for len(t.tombs) > 0 && (t.st.Tombstones >= t.cfg.MaxTombstones || t.st.TombstoneBytes+size > t.cfg.MaxTombstoneBytes) {
+		tb := t.popTomb()
+		if !t.forget(tb) {
+			continue
+		}
+		if tb.at <= horizon {
+			t.st.Collected++
+		} else {
+			t.st.CollectedEarly++
+		}
+	}
 }
 
 // newEntry allocates an entry for hash h and puts it in the index.
@@ -305,7 +403,6 @@ func (t *Table) newEntry(h uint64) uint32 {
 	}
 	*t.ent(i) = entry{}
 	t.index.insert(h, i)
-	t.st.Keys++
 	return i
 }
 
@@ -323,9 +420,12 @@ func (t *Table) set(i uint32, w *Write, now time.Time, kh, out uint64) {
 	t.digest.toggle(uint32(e.leaf), out^t.entryDigest(e, kh))
 	var compact *chunk
 	e.chunk, compact = t.log.add(t.rev, i)
-	t.st.Bytes += int64(len(w.Raw))
-	if w.Deleted {
+	if !w.Deleted {
+		t.st.Keys++
+		t.st.Bytes += int64(len(w.Raw))
+	} else {
 		t.st.Tombstones++
+		t.st.TombstoneBytes += int64(len(w.Raw))
 		t.dropStaleTombs()
 		// A tombstone's age counts from its origin's clock, not from its arrival here,
 		// so that every table forgets it at about the same time (anti-entropy would
@@ -352,9 +452,12 @@ func (t *Table) unset(i uint32) {
 // taken out by the set that follows.
 func (t *Table) release(i uint32) {
 	e := t.ent(i)
-	t.st.Bytes -= int64(e.size)
-	if e.deleted {
+	if !e.deleted {
+		t.st.Keys--
+		t.st.Bytes -= int64(e.size)
+	} else {
 		t.st.Tombstones--
+		t.st.TombstoneBytes -= int64(e.size)
 		t.staleTombs++ // its tomb no longer names it
 	}
 	t.origins.unref(e.origin)
@@ -374,7 +477,6 @@ func (t *Table) remove(i uint32) {
 	t.unset(i)
 	*t.ent(i) = entry{}
 	t.freeEnts = append(t.freeEnts, i)
-	t.st.Keys--
 }
 
 func (t *Table) compactChunk(c *chunk) {
@@ -433,6 +535,10 @@ func (t *Table) read(e *entry) Entry {
 	}
 }
 
+// Config is the table's configuration, its defaults filled in (the tombstone
+// bounds left 0).
+func (t *Table) Config() Config { return t.cfg }
+
 // Revision is the latest revision.
 func (t *Table) Revision() uint64 {
 	t.mu.Lock()
@@ -462,31 +568,42 @@ func (t *Table) collect(now time.Time) int {
 	horizon := now.Add(-t.cfg.TombstoneTTL).UnixNano()
 	n := 0
 	for len(t.tombs) > 0 && t.tombs[0].at <= horizon {
-		tb := t.popTomb()
-		if t.ent(tb.ent).rev != tb.rev {
-			t.staleTombs--
-			continue // written again since: no longer this tombstone
+		if t.forget(t.popTomb()) {
+			n++
 		}
-		if t.cfg.Collected != nil {
-			t.cfg.Collected(t.keyOf(t.ent(tb.ent)))
-		}
-		t.remove(tb.ent) // counts it as stale: undone below
-		t.staleTombs--
-		t.st.Compacted = max(t.st.Compacted, tb.rev)
-		n++
 	}
 	t.st.Collected += uint64(n)
 	return n
 }
 
-// The tombs are a binary min-heap by at: a tombstone's age counts from its origin,
-// so they do not arrive in order (a late replica, one repaired by anti-entropy).
+// forget removes the tombstone of tb, popped from the tombs, and reports whether it
+// did: false if its entry was written again since (a stale tomb).
+func (t *Table) forget(tb tomb) bool {
+	if t.ent(tb.ent).rev != tb.rev {
+		t.staleTombs--
+		return false // written again since: no longer this tombstone
+	}
+	if t.cfg.Collected != nil {
+		t.cfg.Collected(t.keyOf(t.ent(tb.ent)))
+	}
+	t.remove(tb.ent) // counts it as stale: undone below
+	t.staleTombs--
+	t.st.Compacted = max(t.st.Compacted, tb.rev)
+	return true
+}
+
+// The tombs are a binary min-heap by (at, rev), oldest first: a tombstone's age
+// counts from its origin, so they do not arrive in order (a late replica, one
+// repaired by anti-entropy); rev orders the tombstones of one instant.
+
+// older reports whether a comes before b in the tombs' order.
+func (a tomb) older(b tomb) bool { return a.at < b.at || (a.at == b.at && a.rev < b.rev) }
 
 func (t *Table) pushTomb(tb tomb) {
 	t.tombs = append(t.tombs, tb)
 	for i := len(t.tombs) - 1; i > 0; {
 		p := (i - 1) / 2
-		if t.tombs[p].at <= t.tombs[i].at {
+		if !t.tombs[i].older(t.tombs[p]) {
 			break
 		}
 		t.tombs[p], t.tombs[i] = t.tombs[i], t.tombs[p]
@@ -506,10 +623,10 @@ func (t *Table) popTomb() tomb {
 func (t *Table) siftDown(i int) {
 	for n := len(t.tombs); ; {
 		m, l, r := i, 2*i+1, 2*i+2
-		if l < n && t.tombs[l].at < t.tombs[m].at {
+		if l < n && t.tombs[l].older(t.tombs[m]) {
 			m = l
 		}
-		if r < n && t.tombs[r].at < t.tombs[m].at {
+		if r < n && t.tombs[r].older(t.tombs[m]) {
 			m = r
 		}
 		if m == i {
