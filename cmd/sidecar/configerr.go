@@ -31,6 +31,8 @@ var configFlags = map[string]string{
 	"state.Config.MaxKeys":                    "--state-max-keys",
 	"state.Config.MaxBytes":                   "--state-max-bytes",
 	"state.Config.TombstoneTTL":               "--tombstone-ttl",
+	"state.Config.MaxTombstones":              "--state-max-tombstones",
+	"state.Config.MaxTombstoneBytes":          "--state-max-tombstone-bytes",
 	"batcher.Config.MaxBuffer":                "--max-buffer",
 	"batcher.Config.MaxBatch":                 "--max-batch",
 	"batcher.Config.MaxBufferBytes":           "--max-buffer-bytes",

@@ -25,6 +25,7 @@ type descs struct {
 	submitted, received, lag, ackWait, refused, versions, relayed                                *prometheus.Desc
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted                   *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                                  *prometheus.Desc
+	tombBytes, tombsLimit, tombBytesLimit, peerWrites, ownOrigin                                 *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -92,16 +93,29 @@ func NewCollector(n *Node) *Collector {
 		versions: g("fanout_versions_refused_total",
 			"Versions refused as too far ahead of this node's clock (or 0 from a peer), by where they came from: app (the whole Submit is "+
 				"refused), peer (that event of a Replicate is answered invalid), anti_entropy (the whole sync message is refused).", "from"),
-		keys:       g("fanout_state_keys", "Keys in the state table, tombstones included."),
+		keys:       g("fanout_state_keys", "Keys in the state table, tombstones not included (they have their own bound)."),
 		keysLimit:  g("fanout_state_keys_limit", "The bound on keys: --state-max-keys."),
-		bytes:      g("fanout_state_bytes", "Event bytes in the state table, tombstones included."),
+		bytes:      g("fanout_state_bytes", "Event bytes of the keys in the state table, tombstones not included."),
 		bytesLimit: g("fanout_state_bytes_limit", "The bound on event bytes: --state-max-bytes."),
+		tombBytes:  g("fanout_state_tombstone_bytes", "Event bytes of the tombstones in the state table."),
+		tombsLimit: g("fanout_state_tombstones_limit",
+			"The bound on tombstones: --state-max-tombstones. At it, the oldest are collected before --tombstone-ttl."),
+		tombBytesLimit: g("fanout_state_tombstone_bytes_limit", "The bound on the tombstones' event bytes: --state-max-tombstone-bytes."),
+		peerWrites: g("fanout_state_peer_writes_total",
+			"Writes from peers by source (the node id of the peer that sent them: a Replicate's origin, an anti-entropy round's peer; \"\" "+
+				"for the sources past the first 64) and outcome: added (a key the state table did not hold), refused (at the bounds less "+
+				"the share kept for this node's app; answered BUSY, the sender retries). A flood of new keys shows who sends it.", "source", "outcome"),
+		ownOrigin: g("fanout_own_origin_entries_total",
+			"Entries peers sent that claim this node's origin, by path (replicate, anti_entropy) and outcome: refused (this process "+
+				"would hold it and does not: planted by a peer, or another process runs with this --node-id), restored (a write of "+
+				"an earlier process of this node, before a restart, taken back from a peer).", "path", "outcome"),
 		arena:      g("fanout_state_arena_bytes", "Bytes the state table's arenas hold, live and garbage."),
-		tombstones: g("fanout_state_tombstones", "Deleted keys still remembered (for --tombstone-ttl)."),
+		tombstones: g("fanout_state_tombstones", "Deleted keys still remembered (for --tombstone-ttl, within --state-max-tombstones)."),
 		revision:   g("fanout_state_revision", "The state table's latest revision."),
 		compacted:  g("fanout_state_compacted_revision", "The oldest revision a watch can resume after."),
 		stateOps: g("fanout_state_writes_total",
-			"Writes the state table did not apply (refused at a bound, stale), and tombstones collected.", "kind"),
+			"Writes the state table did not apply (refused at a bound, stale), and tombstones collected: after --tombstone-ttl "+
+				"(collected), or before it to make room at --state-max-tombstones or --state-max-tombstone-bytes (collected_early).", "kind"),
 		subs:      g("fanout_subscribers", "Open Subscribe streams."),
 		delivered: g("fanout_delivered_events_total", "Events sent on Subscribe streams."),
 		ready: g("fanout_ready",
@@ -120,7 +134,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.peers, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
 		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions, d.relayed,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
-		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit} {
+		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit,
+		d.tombBytes, d.tombsLimit, d.tombBytesLimit, d.peerWrites, d.ownOrigin} {
 		ch <- x
 	}
 }
@@ -181,16 +196,26 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	gauge(d.ready, ready)
-	st, bounds := n.table.Stats(), n.cfg.State
+	st, bounds := n.table.Stats(), n.table.Config()
 	gauge(d.keys, float64(st.Keys))
 	gauge(d.keysLimit, float64(bounds.MaxKeys))
 	gauge(d.bytes, float64(st.Bytes))
 	gauge(d.bytesLimit, float64(bounds.MaxBytes))
 	gauge(d.arena, float64(st.ArenaBytes))
 	gauge(d.tombstones, float64(st.Tombstones))
+	gauge(d.tombBytes, float64(st.TombstoneBytes))
+	gauge(d.tombsLimit, float64(bounds.MaxTombstones))
+	gauge(d.tombBytesLimit, float64(bounds.MaxTombstoneBytes))
+	for source, c := range n.sources.snapshot() {
+		counter(d.peerWrites, c.added.Load(), source, "added")
+		counter(d.peerWrites, c.refused.Load(), source, "refused")
+	}
+	counter(d.ownOrigin, n.own.replicateRefused.Load(), "replicate", "refused")
+	counter(d.ownOrigin, n.own.syncRefused.Load(), "anti_entropy", "refused")
+	counter(d.ownOrigin, n.own.syncRestored.Load(), "anti_entropy", "restored")
 	gauge(d.revision, float64(st.Revision))
 	gauge(d.compacted, float64(st.Compacted))
-	for _, k := range []kv{{"refused", st.Refused}, {"stale", st.StaleSeen}, {"collected", st.Collected}} {
+	for _, k := range []kv{{"refused", st.Refused}, {"stale", st.StaleSeen}, {"collected", st.Collected}, {"collected_early", st.CollectedEarly}} {
 		counter(d.stateOps, k.v, k.k)
 	}
 	if p := n.persist; p != nil {

@@ -55,6 +55,10 @@ type Node struct {
 	relayed atomic.Uint64
 	// versionsRefused counts versions refused as too far ahead (hlc.go), by path.
 	versionsRefused struct{ app, peer, sync atomic.Uint64 }
+	// own judges the entries peers send that claim this node's origin (origin.go);
+	// sources counts the peers' writes that add keys, or are refused, per sender.
+	own     ownOrigin
+	sources sourceWrites
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
@@ -103,7 +107,8 @@ func New(cfg Config) (*Node, error) {
 	cfg.Peers = append([]string(nil), cfg.Peers...)
 	// Revisions start at the start time in version units, so a revision handed out
 	// before a restart is below the new table's first and is refused on resume.
-	cfg.State.FirstRevision = wallVersion(cfg.Now())
+	start := cfg.Now()
+	cfg.State.FirstRevision = wallVersion(start)
 	var persist *persister
 	if cfg.Store != nil {
 		persist = newPersister(cfg.Store, nil, cfg.Logger)
@@ -135,6 +140,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.own.floor = newOwnFloor(start, n.clock.last.Load()) // after load raised the clock
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.startPurgatory(); err != nil {
 		n.cancel()
@@ -264,10 +270,10 @@ func (n *Node) replicateParsed(ctx context.Context, req *wire.Replicate) (*fanou
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
 	limit := observeLimit(now)
-	from := n.received.of(req.Origin)
+	from, src := n.received.of(req.Origin), n.sources.of(req.Origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.Events {
-		st := n.admit(i, raw, req, now, bound, limit)
+		st := n.admit(i, raw, req, now, bound, limit, src)
 		resp.Statuses[i] = st
 		counts[recvOutcome(st)]++
 		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {
@@ -295,8 +301,10 @@ func (n *Node) validateReplicate(req *wire.Replicate) error {
 }
 
 // admit stores event i of req in the state table if it wins. now is the request's,
-// bound and limit are the version bound and the clock's observe limit at now.
-func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound, limit uint64) fanoutv1.ItemStatus {
+// bound and limit are the version bound and the clock's observe limit at now; an
+// event of this node's own origin is never stored (origin.go).
+// src counts the request's writes for its sender.
+func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound, limit uint64, src *sourceCount) fanoutv1.ItemStatus {
 	h, ok := n.cfg.Limits.readEvent(raw)
 	if !ok {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
@@ -305,8 +313,11 @@ func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, boun
 		n.versionsRefused.peer.Add(1)
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
-	if req.Origin == n.cfg.NodeID {
-		return fanoutv1.ItemStatus_ITEM_STATUS_STALE // our own event came back: never echo
+	if req.Origin == n.cfg.NodeID { // never stored: an echo, or refused (origin.go)
+		if n.ownReplicated(&h) {
+			return fanoutv1.ItemStatus_ITEM_STATUS_STALE
+		}
+		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}
 	n.clock.observeUnder(h.Version, limit) // before the Put: a later local write wins
 	w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
@@ -314,7 +325,9 @@ func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, boun
 	if len(req.Submitted) > i {
 		w.Submitted = req.Submitted[i]
 	}
-	switch n.table.Put(&w, now).Outcome {
+	r := n.table.Put(&w, now)
+	src.count(r)
+	switch r.Outcome {
 	case state.Applied:
 		return fanoutv1.ItemStatus_ITEM_STATUS_OK
 	case state.Full:

@@ -272,7 +272,8 @@ func (n *Node) load() error {
 			return fmt.Errorf("record %q: its event does not decode, or names another task_id", r.Key)
 		}
 		w := state.Write{Key: r.Raw[off : off+len(r.Key)], KeyOffset: off, Raw: r.Raw,
-			Stamp: state.Stamp{Version: r.Version, Origin: r.Origin}, Submitted: r.Submitted, Deleted: r.Deleted}
+			Stamp: state.Stamp{Version: r.Version, Origin: r.Origin}, Submitted: r.Submitted, Deleted: r.Deleted,
+			Own: true} // it was in this table before: the whole bound
 		switch n.table.Put(&w, now).Outcome {
 		case state.Applied:
 			loaded++

@@ -52,7 +52,7 @@ func (l *link) status() *fanoutv1.PeerStatus {
 }
 
 func (n *Node) stateStatus() *fanoutv1.StateStatus {
-	st := n.table.Stats()
+	st, bounds := n.table.Stats(), n.table.Config()
 	return &fanoutv1.StateStatus{
 		Keys:              uint64(st.Keys),
 		MaxKeys:           uint64(n.cfg.State.MaxKeys),
@@ -64,5 +64,10 @@ func (n *Node) stateStatus() *fanoutv1.StateStatus {
 		Refused:           st.Refused,
 		Stale:             st.StaleSeen,
 		Collected:         st.Collected,
+		TombstoneBytes:    uint64(st.TombstoneBytes),
+		MaxTombstones:     uint64(bounds.MaxTombstones),
+		MaxTombstoneBytes: uint64(bounds.MaxTombstoneBytes),
+		CollectedEarly:    st.CollectedEarly,
+		RefusedPeer:       st.RefusedPeer,
 	}
 }

@@ -372,7 +372,7 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
 		key := buf[h.TaskOff : h.TaskOff+len(h.TaskID)]
 		res := n.table.Put(&state.Write{
 			Key: key, KeyOffset: h.TaskOff, Raw: buf,
-			Stamp: state.Stamp{Version: v, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: h.Deleted,
+			Stamp: state.Stamp{Version: v, Origin: n.cfg.NodeID}, Submitted: now.UnixNano(), Deleted: h.Deleted, Own: true,
 		}, now)
 		c.resp.Results[i] = n.eventResult(res)
 		counts[submittedOutcome(res.Outcome)]++

@@ -308,8 +308,9 @@ func (n *Node) bootstrapWith(l *link, start time.Time) (antientropy.Result, erro
 // applySync stores entries brought by anti-entropy (a Pull's answer, a peer's Push).
 // It validates all of them first, as Replicate validates an event, and refuses the
 // whole request naming the first bad one. Unlike Replicate it takes this node's own
-// writes too: a node restarted without --data-dir gets them back from its peers, and
-// its clock moves past them.
+// writes of an earlier process: a node restarted without --data-dir gets them back
+// from its peers, and its clock moves past them; an entry of this node's origin that
+// this process would hold, and does not, is skipped and counted (origin.go).
 //
 // Entries of an origin other than from (the peer that sent them) and this node are
 // relayed: counted in fanout_sync_relayed_entries_total. Anti-entropy relays on
@@ -336,16 +337,26 @@ func (n *Node) applySync(from string, entries []*fanoutv1.SyncEntry) (int, error
 		heads[i] = h
 	}
 	applied, relayed := 0, uint64(0)
+	src := n.sources.of(from)
 	for i, e := range entries {
 		h := heads[i]
-		if o := e.GetOrigin(); o != from && o != n.cfg.NodeID {
+		o := e.GetOrigin()
+		if o != from && o != n.cfg.NodeID {
 			relayed++
 		}
-		n.clock.observe(h.Version)
+		n.clock.observe(h.Version) // a refused entry too: this node's next write of the key wins over it
+		if o == n.cfg.NodeID && !n.ownSynced(&h, e.GetSubmittedAtUnixNanos(), now) {
+			continue
+		}
 		w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: e.GetEvent(),
-			Stamp: state.Stamp{Version: h.Version, Origin: e.GetOrigin()}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.Deleted}
-		if n.table.Put(&w, now).Outcome == state.Applied {
+			Stamp: state.Stamp{Version: h.Version, Origin: o}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.Deleted}
+		r := n.table.Put(&w, now)
+		src.count(r)
+		if r.Outcome == state.Applied {
 			applied++
+			if o == n.cfg.NodeID {
+				n.own.syncRestored.Add(1)
+			}
 		}
 	}
 	n.relayed.Add(relayed)

@@ -1138,10 +1138,11 @@ func (x *GetStatusResponse) GetReadyReason() string {
 // the bounds.
 type StateStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// keys counts the entries, tombstones included; max_keys is --state-max-keys.
+	// keys counts the keys not deleted (tombstones have their own bound);
+	// max_keys is --state-max-keys.
 	Keys    uint64 `protobuf:"varint,1,opt,name=keys,proto3" json:"keys,omitempty"`
 	MaxKeys uint64 `protobuf:"varint,2,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
-	// bytes counts the entries' event bytes; max_bytes is --state-max-bytes.
+	// bytes counts the event bytes of those keys; max_bytes is --state-max-bytes.
 	Bytes    uint64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	MaxBytes uint64 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// tombstones counts the deleted keys not yet collected.
@@ -1155,7 +1156,18 @@ type StateStatus struct {
 	// stale counts writes not newer than the entry they would replace.
 	Stale uint64 `protobuf:"varint,9,opt,name=stale,proto3" json:"stale,omitempty"`
 	// collected counts tombstones removed after --tombstone-ttl.
-	Collected     uint64 `protobuf:"varint,10,opt,name=collected,proto3" json:"collected,omitempty"`
+	Collected uint64 `protobuf:"varint,10,opt,name=collected,proto3" json:"collected,omitempty"`
+	// tombstone_bytes counts the tombstones' event bytes; max_tombstones and
+	// max_tombstone_bytes are --state-max-tombstones and --state-max-tombstone-bytes.
+	TombstoneBytes    uint64 `protobuf:"varint,11,opt,name=tombstone_bytes,json=tombstoneBytes,proto3" json:"tombstone_bytes,omitempty"`
+	MaxTombstones     uint64 `protobuf:"varint,12,opt,name=max_tombstones,json=maxTombstones,proto3" json:"max_tombstones,omitempty"`
+	MaxTombstoneBytes uint64 `protobuf:"varint,13,opt,name=max_tombstone_bytes,json=maxTombstoneBytes,proto3" json:"max_tombstone_bytes,omitempty"`
+	// collected_early counts tombstones removed before --tombstone-ttl, the oldest
+	// first, to make room for newer ones at max_tombstones or max_tombstone_bytes.
+	CollectedEarly uint64 `protobuf:"varint,14,opt,name=collected_early,json=collectedEarly,proto3" json:"collected_early,omitempty"`
+	// refused_peer counts the writes of refused that came from peers: a peer's write
+	// adds a key only below the bounds less the share kept for this node's app.
+	RefusedPeer   uint64 `protobuf:"varint,15,opt,name=refused_peer,json=refusedPeer,proto3" json:"refused_peer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,6 +1268,41 @@ func (x *StateStatus) GetStale() uint64 {
 func (x *StateStatus) GetCollected() uint64 {
 	if x != nil {
 		return x.Collected
+	}
+	return 0
+}
+
+func (x *StateStatus) GetTombstoneBytes() uint64 {
+	if x != nil {
+		return x.TombstoneBytes
+	}
+	return 0
+}
+
+func (x *StateStatus) GetMaxTombstones() uint64 {
+	if x != nil {
+		return x.MaxTombstones
+	}
+	return 0
+}
+
+func (x *StateStatus) GetMaxTombstoneBytes() uint64 {
+	if x != nil {
+		return x.MaxTombstoneBytes
+	}
+	return 0
+}
+
+func (x *StateStatus) GetCollectedEarly() uint64 {
+	if x != nil {
+		return x.CollectedEarly
+	}
+	return 0
+}
+
+func (x *StateStatus) GetRefusedPeer() uint64 {
+	if x != nil {
+		return x.RefusedPeer
 	}
 	return 0
 }
@@ -1786,7 +1833,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12,\n" +
 	"\x05state\x18\x06 \x01(\v2\x16.fanout.v1.StateStatusR\x05state\x12\x14\n" +
 	"\x05ready\x18\a \x01(\bR\x05ready\x12!\n" +
-	"\fready_reason\x18\b \x01(\tR\vreadyReasonJ\x04\b\x03\x10\x04\"\xa8\x02\n" +
+	"\fready_reason\x18\b \x01(\tR\vreadyReasonJ\x04\b\x03\x10\x04\"\xf4\x03\n" +
 	"\vStateStatus\x12\x12\n" +
 	"\x04keys\x18\x01 \x01(\x04R\x04keys\x12\x19\n" +
 	"\bmax_keys\x18\x02 \x01(\x04R\amaxKeys\x12\x14\n" +
@@ -1800,7 +1847,12 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\arefused\x18\b \x01(\x04R\arefused\x12\x14\n" +
 	"\x05stale\x18\t \x01(\x04R\x05stale\x12\x1c\n" +
 	"\tcollected\x18\n" +
-	" \x01(\x04R\tcollected\"\x89\x06\n" +
+	" \x01(\x04R\tcollected\x12'\n" +
+	"\x0ftombstone_bytes\x18\v \x01(\x04R\x0etombstoneBytes\x12%\n" +
+	"\x0emax_tombstones\x18\f \x01(\x04R\rmaxTombstones\x12.\n" +
+	"\x13max_tombstone_bytes\x18\r \x01(\x04R\x11maxTombstoneBytes\x12'\n" +
+	"\x0fcollected_early\x18\x0e \x01(\x04R\x0ecollectedEarly\x12!\n" +
+	"\frefused_peer\x18\x0f \x01(\x04R\vrefusedPeer\"\x89\x06\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
