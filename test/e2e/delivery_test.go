@@ -147,9 +147,10 @@ func runSubmitters(t *testing.T, c *cluster, origins []int, reqs [][]*fanoutv1.E
 // TestFullStateTablePushesBack is what "a full inbox pushes back with BUSY" became
 // with the state table (SPEC §13: BUSY only where the state table cannot take a
 // write). C's table is bounded at 20 keys while A and B write 40 tasks, 25 updates
-// each, from two submitters each. C takes 20 keys, then answers BUSY for every new
-// key, so A and B count congestion for C and keep the refused events; the updates
-// of the 20 keys C holds still go through, and C's app gets each at its winner. No
+// each, from two submitters each. C takes 18 keys (the peers' share: 2 are kept for
+// C's own app), then answers BUSY for every new key, so A and B count congestion for
+// C and keep the refused events; the updates of the 18 keys C holds still go
+// through, and C's app gets each at its winner. No
 // stream sees a version go backwards. Restarted with a bigger bound, C gets the
 // refused keys from A's and B's retries, and the convergence checker passes.
 func TestFullStateTablePushesBack(t *testing.T) {
@@ -170,7 +171,7 @@ func TestFullStateTablePushesBack(t *testing.T) {
 			return err
 		})
 	}
-	note := waitAtBound(t, c.node(2), "bound/", bound, bound, l)
+	note := waitAtBound(t, c.node(2), "bound/", bound, peerShare(bound), l)
 	held, err := getPrefix(c.node(2), "bound/")
 	if err != nil {
 		t.Fatal(err)

@@ -137,20 +137,25 @@ func stateStatus(n *node) (*fanoutv1.StateStatus, error) {
 	return st.GetState(), nil
 }
 
-// waitAtBound waits until node n's state table is at its key bound (keys = max_keys
-// = bound) and counts refused writes, and until Get lists held tasks under prefix,
-// each at its winner in l: a node at its bound refuses new keys but still takes
-// updates of the keys it holds. It returns a description for the test's log.
+// peerShare is the keys the writes of peers fill a table bounded at bound with:
+// --state-max-keys less the 10 % kept for the node's own app (pkg/state, "Bounds").
+func peerShare(bound int) int { return bound - bound/10 }
+
+// waitAtBound waits until node n's state table, which only peers write to, is at
+// their share of its key bound (keys = peerShare(bound), max_keys = bound) and counts
+// refused peer writes, and until Get lists held tasks under prefix, each at its
+// winner in l: a node at its bound refuses new keys but still takes updates of the
+// keys it holds. It returns a description for the test's log.
 func waitAtBound(t *testing.T, n *node, prefix string, bound, held int, l *ledger) string {
 	t.Helper()
 	var note string
-	eventually(t, convergeTimeout, fmt.Sprintf("node %s at its bound of %d keys, holding %d tasks under %q at their winners", n.spec.ID, bound, held, prefix), func() error {
+	eventually(t, convergeTimeout, fmt.Sprintf("node %s at its peers' share of its bound of %d keys, holding %d tasks under %q at their winners", n.spec.ID, bound, held, prefix), func() error {
 		st, err := stateStatus(n)
 		if err != nil {
 			return err
 		}
-		if st.GetKeys() != uint64(bound) || st.GetMaxKeys() != uint64(bound) || st.GetRefused() == 0 {
-			return fmt.Errorf("state keys %d, max_keys %d, refused %d", st.GetKeys(), st.GetMaxKeys(), st.GetRefused())
+		if st.GetKeys() != uint64(peerShare(bound)) || st.GetMaxKeys() != uint64(bound) || st.GetRefusedPeer() == 0 {
+			return fmt.Errorf("state keys %d (want %d), max_keys %d, refused %d of peers' writes", st.GetKeys(), peerShare(bound), st.GetMaxKeys(), st.GetRefusedPeer())
 		}
 		got, err := getPrefix(n, prefix)
 		if err != nil {
