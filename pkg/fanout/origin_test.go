@@ -208,3 +208,30 @@ func TestOwnOriginAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestSourceWritesBoundsSources: past maxOriginSeries sources, the rest share the
+// otherOrigin counters, so a peer that calls under ever new node ids cannot grow
+// the series of fanout_state_peer_writes_total without bound.
+func TestSourceWritesBoundsSources(t *testing.T) {
+	var s sourceWrites
+	for i := range maxOriginSeries + 10 {
+		s.of(fmt.Sprintf("node-%d", i)).count(state.Result{Outcome: state.Full})
+	}
+	m := s.snapshot()
+	if len(m) != maxOriginSeries+1 {
+		t.Fatalf("%d sources kept, want %d and the shared one", len(m), maxOriginSeries)
+	}
+	if got := m[otherOrigin].refused.Load(); got != 10 {
+		t.Errorf("the sources past the bound counted %d refused writes, want 10", got)
+	}
+	if s.of("node-0") != m["node-0"] || s.of("node-999") != m[otherOrigin] {
+		t.Error("a known source or one past the bound got new counters")
+	}
+	c := s.of("node-1")
+	c.count(state.Result{Outcome: state.Applied, Added: true})
+	c.count(state.Result{Outcome: state.Applied}) // an update: not a new key
+	c.count(state.Result{Outcome: state.Stale})
+	if c.added.Load() != 1 || c.refused.Load() != 1 {
+		t.Errorf("node-1: added %d, refused %d; want 1 and 1", c.added.Load(), c.refused.Load())
+	}
+}
