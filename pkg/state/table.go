@@ -57,11 +57,11 @@ func DefaultConfig() Config {
 		// A deletion needs its task_id and version, not a payload: a million
 		// tombstones of up to 134 bytes.
 		MaxTombstoneBytes: 128 << 20,
-		// 10 %: the node's own app keeps 100,000 keys and 51 MiB at the default
-		// bounds (hours of new keys for a busy app) when its peers' writes, or a flood
-		// they relay, fill the rest; time for the alert on fanout_state_keys and for
-		// deletes. It is what a healthy cluster, where every node holds every key,
-		// gives up of its bound for the peers' keys.
+		// 10 %: when its peers' writes, or a flood they relay, fill the rest, the
+		// node's own app keeps 100,000 keys and 51 MiB at the default bounds to go on
+		// writing new keys while its operator reacts to fanout_state_keys (deletes
+		// make room at once). Small enough that a healthy cluster, where every node
+		// holds every key, loses little: the peers' keys fill up to 90 % of the bound.
 		OwnReservePercent: 10,
 		// A day: longer than any partition or rolling deploy a peer can be away
 		// for and still hold the pre-delete state, which would then come back.
