@@ -235,3 +235,63 @@ func TestSourceWritesBoundsSources(t *testing.T) {
 		t.Errorf("node-1: added %d, refused %d; want 1 and 1", c.added.Load(), c.refused.Load())
 	}
 }
+
+// TestDeletesMakeRoom, through Submit and a data dir: a table at its key bound
+// refuses a new key; a delete makes room for it at once; at --state-max-tombstones
+// a delete forgets the oldest tombstone early (GetStatus collected_early), on disk
+// too, and is never refused.
+func TestDeletesMakeRoom(t *testing.T) {
+	st := openTestStore(t, t.TempDir())
+	cfg := testConfig("a")
+	cfg.Store = st
+	cfg.State.MaxKeys, cfg.State.MaxTombstones = 3, 2
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx := context.Background()
+	submit := func(id string, del bool) fanoutv1.EventOutcome {
+		t.Helper()
+		e := ev(id, "v")
+		e.Deleted = del
+		resp, err := n.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{e}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetResults()[0].GetOutcome()
+	}
+	const accepted, refused = fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED, fanoutv1.EventOutcome_EVENT_OUTCOME_REFUSED
+	for _, step := range []struct {
+		id   string
+		del  bool
+		want fanoutv1.EventOutcome
+	}{
+		{"k1", false, accepted}, {"k2", false, accepted}, {"k3", false, accepted},
+		{"k4", false, refused},                          // at the key bound
+		{"k1", true, accepted}, {"k4", false, accepted}, // a delete makes room at once
+		{"k2", true, accepted}, {"k3", true, accepted}, // a third tombstone: k1's goes early
+		{"k4", true, accepted},
+	} {
+		if got := submit(step.id, step.del); got != step.want {
+			t.Fatalf("%s (deleted %v): %v, want %v", step.id, step.del, got, step.want)
+		}
+	}
+	s := n.Status().GetState()
+	if s.GetKeys() != 0 || s.GetTombstones() != 2 || s.GetCollectedEarly() != 2 || s.GetMaxTombstones() != 2 || s.GetRefused() != 1 {
+		t.Fatalf("state status %v: want 0 keys, 2 tombstones (k3, k4), 2 collected early, 1 refused", s)
+	}
+	waitFor(t, "the early-collected tombstones deleted on disk", func() bool { return n.persist.stats().Deletes == 2 })
+	n.Close()
+	recs := storeRecords(t, st)
+	for _, id := range []string{"k1", "k2"} {
+		if _, ok := recs[id]; ok {
+			t.Errorf("%s, collected early, is still on disk", id)
+		}
+	}
+	for _, id := range []string{"k3", "k4"} {
+		if r, ok := recs[id]; !ok || !r.Deleted {
+			t.Errorf("%s: %+v %v, want its tombstone on disk", id, r, ok)
+		}
+	}
+}
