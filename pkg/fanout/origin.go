@@ -54,10 +54,13 @@ import (
 // node: the clock moves past its version (or, in nanoseconds, it is not ahead of
 // now), so this node's next write of the key, with the sidecar's versions or Unix
 // nanoseconds, replaces it everywhere (counters are as open to any peer's write:
-// docs/SECURITY.md). The price of the rule: an earlier process's write submitted
-// after this process's start by the wall clock (a clock set back across a
-// memory-only restart), or more than a minute ahead, is refused; the peers keep it
-// and this node's next write of the key replaces it.
+// docs/SECURITY.md). An entry refused here stays where peers took it: one up to
+// maxPeerAhead (5 minutes) ahead of this node's clock outranks this node's writes of
+// its key there until this node's clock passes it, as any peer's own write that far
+// ahead would ("Versions and clocks" in docs/SECURITY.md). The price of the rule: an
+// earlier process's write submitted after this process's start by the wall clock (a
+// clock set back across a memory-only restart), or more than a minute ahead of it,
+// is refused here while the peers keep it, until this node writes the key again.
 type ownOrigin struct {
 	floor ownFloor
 	// Entries refused by path, and earlier writes taken by anti-entropy.
