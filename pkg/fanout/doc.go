@@ -42,10 +42,12 @@
 //
 // Receive. PeerServer.Replicate validates the request, then each event: an invalid one
 // (or one more than five minutes ahead of the clock) is INVALID; one from our own
-// origin is STALE (never echoed); otherwise the state table stores it if (version,
+// origin is never stored: STALE if the table holds it or newer (an echo), else
+// INVALID and counted (origin.go); otherwise the state table stores it if (version,
 // origin) is newer than the key's entry (OK), answers STALE if not, and BUSY only if
-// it is at --state-max-keys or --state-max-bytes: the sender pauses and retries. No
-// reader is involved, so a slow or absent app never pushes back on its peers.
+// it is at the peers' share of --state-max-keys or --state-max-bytes (90 %: the rest
+// is kept for this node's app): the sender pauses and retries. No reader is
+// involved, so a slow or absent app never pushes back on its peers.
 //
 // The receive path is pass-through (wire.go): RegisterPeerServer's handler hands the
 // request's bytes to the node undecoded; internal/wire's readers take each event's
