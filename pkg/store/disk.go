@@ -141,3 +141,15 @@ func (s *Store) corrupted(err error) error {
 	}
 	return &CorruptError{Path: path, Err: err}
 }
+
+// Writable returns nil if a write may succeed now, else why not (ErrDiskFull,
+// ErrFailed): it checks the floor, and reopens a read-only or failed store
+// read-write if there is room, as a write would, without writing anything. The node
+// asks it at start and while its commits fail, so that its readiness says why.
+func (s *Store) Writable() error {
+	if err := s.beginWrite(); err != nil {
+		return err
+	}
+	s.mu.RUnlock()
+	return nil
+}

@@ -266,3 +266,13 @@ func TestCorruptedTable(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFreeSpace: the cost of the floor's check, paid by every write.
+func BenchmarkFreeSpace(b *testing.B) {
+	dir := b.TempDir()
+	for b.Loop() {
+		if _, err := freeSpace(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
