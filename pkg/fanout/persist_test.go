@@ -398,7 +398,7 @@ func TestDataDirDiskFull(t *testing.T) {
 			}
 		}
 	}
-	waitReadiness(false, "disk full: store: disk full: 1.0 MiB free")
+	waitReadiness(false, "disk full: 1.0 MiB free on /data, below the floor")
 	_, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "1")}})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "disk full") {
 		t.Fatalf("Submit on a full disk: %v; want UNAVAILABLE saying disk full", err)
