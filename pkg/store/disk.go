@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -65,8 +66,12 @@ func (s *Store) writable() error {
 }
 
 // checkFloor returns ErrDiskFull if the file system has less than MinFreeBytes free.
-func (s *Store) checkFloor() error {
-	if s.minFree <= 0 {
+func (s *Store) checkFloor() error { return s.checkRoom(s.minFree) }
+
+// checkRoom returns ErrDiskFull if the file system has less than floor bytes free,
+// and counts it.
+func (s *Store) checkRoom(floor int64) error {
+	if floor <= 0 {
 		return nil
 	}
 	free, err := s.statfs(s.dir)
@@ -76,14 +81,37 @@ func (s *Store) checkFloor() error {
 		return nil
 	}
 	s.freeBytes.Store(free)
-	if free >= uint64(s.minFree) {
+	if free >= uint64(floor) {
 		s.full.Store(false)
 		return nil
 	}
 	s.full.Store(true)
 	s.diskFull.Add(1)
 	return fmt.Errorf("%w: %s free on %s, below the floor of %s (--data-dir-min-free-bytes): free some space; commits resume by themselves",
-		ErrDiskFull, byteSize(free), s.dir, byteSize(uint64(s.minFree)))
+		ErrDiskFull, byteSize(free), s.dir, byteSize(uint64(floor)))
+}
+
+// reopenMinFree is the least free space a failed store is reopened with, whatever
+// MinFreeBytes: pebble's Open flushes the memtable it recovers from the log (up to
+// 4 MiB) and writes a new MANIFEST and log, and on a disk with no room its flush
+// fails and is retried at once, without end, and Open does not return.
+const reopenMinFree = 16 << 20
+
+// backgroundLogEvery spaces the logs of pebble's background errors: a flush that
+// fails for want of room is retried at once, thousands of times a second.
+const backgroundLogEvery = 10 * time.Second
+
+// backgroundError logs a failed flush or compaction, at most once per
+// backgroundLogEvery, with the count of those not logged since.
+func (s *Store) backgroundError(err error) {
+	s.bgErrors.Add(1)
+	now := time.Now().UnixNano()
+	last := s.bgLogged.Load()
+	if now-last < int64(backgroundLogEvery) || !s.bgLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Error("data dir: a background flush or compaction failed; pebble retries it", "err", err, "data_dir", s.dir,
+		"background_errors", s.bgErrors.Load())
 }
 
 // freeSpace is statfs(2)'s space available to an unprivileged user, in bytes.

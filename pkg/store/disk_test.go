@@ -209,6 +209,12 @@ func TestLogWriteFails(t *testing.T) {
 				t.Errorf("a Commit while the log still fails = nil")
 			}
 			d.failErr.Store(nil)
+			// Not reopened on a disk with less than reopenMinFree, whatever the floor.
+			d.free.Store(reopenMinFree - 1)
+			if err := s.Commit([]Record{rec("c", 3)}, nil); !errors.Is(err, ErrDiskFull) || !errors.Is(err, ErrFailed) {
+				t.Errorf("a Commit on a failed store short of room = %v, want ErrDiskFull and ErrFailed", err)
+			}
+			d.free.Store(1 << 30)
 			commit(t, s, []Record{rec("c", 3)})
 			if st := s.Stats(); st.Failed {
 				t.Errorf("Stats.Failed after the store reopened")

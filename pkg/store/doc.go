@@ -117,8 +117,13 @@
 //     the store call recovers (guard): the call returns ErrFailed, and no later write
 //     goes to the broken DB. The next write reopens it (Close returns the error and
 //     releases the files; Open replays the log, which holds every batch that was
-//     acknowledged), when no other call is in flight; until then writes return
-//     ErrFailed. A Fatalf on one of pebble's own goroutines (a MANIFEST write of a
+//     acknowledged), when no other call is in flight and the disk has at least the
+//     floor and 16 MiB free (pebble's Open flushes the memtable it recovers, and on a
+//     disk with no room that flush is retried at once, without end: Open would not
+//     return); until then writes return ErrFailed, with ErrDiskFull when that is
+//     why. The e2e test TestDiskFullNoFloor turns the floor off and fills the disk
+//     under load: pebble meets ENOSPC in its log, the process goes on, and every
+//     acknowledged event is on disk after the room is back. A Fatalf on one of pebble's own goroutines (a MANIFEST write of a
 //     background flush or compaction) cannot be recovered and still ends the
 //     process: the floor is what keeps a full disk from getting there.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 )
 
 // pebbleLogger sends pebble's logs to the store's logger: Infof (recovery at Open,
@@ -24,5 +25,8 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Log(context.Background(), slog.LevelError, msg, "component", "pebble", "fatal", true)
-	panic(fatalPanic{msg: "pebble: " + msg})
+	if !strings.HasPrefix(msg, "pebble: ") {
+		msg = "pebble: " + msg
+	}
+	panic(fatalPanic{msg: msg})
 }

@@ -134,6 +134,9 @@ type Store struct {
 	freeBytes atomic.Uint64
 	diskFull  atomic.Uint64
 	fatals    atomic.Uint64 // the failures fail recorded
+	// bgErrors counts pebble's background errors; bgLogged is when one was last
+	// logged (unix nanos).
+	bgErrors, bgLogged atomic.Int64
 
 	// clock is the high-water mark read at Open, raised (atomic max) by each Commit
 	// after its sync. Invariant: clock <= the mark on disk; it is lower only while a
@@ -235,11 +238,11 @@ func (s *Store) recover() (err error) {
 		s.closeDB() // returns the failure again
 		s.db = nil
 	}
-	if err := s.checkFloor(); err != nil {
-		return errors.Join(failed, err)
+	if err := s.checkRoom(max(s.minFree, reopenMinFree)); err != nil {
+		return fmt.Errorf("%w; %w", err, failed)
 	}
 	if err := s.open(false); err != nil {
-		return errors.Join(failed, err)
+		return fmt.Errorf("%w; reopening: %w", failed, err)
 	}
 	s.failed.Store(nil)
 	s.log.Info("data dir reopened after the failure: writes go on", "data_dir", s.dir, "was", failed)
@@ -341,9 +344,7 @@ func (s *Store) open(readOnly bool) error {
 // a corrupted file is Fatalf; here the read that found it fails instead, and says so.
 func (s *Store) events() *pebble.EventListener {
 	return &pebble.EventListener{
-		BackgroundError: func(err error) {
-			s.log.Error("data dir: a background flush or compaction failed; pebble retries it", "err", err, "data_dir", s.dir)
-		},
+		BackgroundError: s.backgroundError,
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			s.corruptPath.Store(&info.Path)
 			s.log.Error("data dir: a corrupted file", "file", info.Path, "err", info.Details, "advice", corruptAdvice)

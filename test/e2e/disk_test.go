@@ -400,3 +400,52 @@ func TestCorruptedTableAtStart(t *testing.T) {
 	cv := watch(t, c)
 	cv.wait(convergeTimeout, l, 0, 1)
 }
+
+// TestDiskFullNoFloor: with the floor off (--data-dir-min-free-bytes=0) pebble itself
+// meets ENOSPC, which it treats as fatal to its commit pipeline. A does not crash:
+// the store turns it into a failed commit and reopens pebble once there is room.
+func TestDiskFullNoFloor(t *testing.T) {
+	disk := mountTmpfs(t, diskTmpfsBytes)
+	ss := specs(2, durableFlags...)
+	ss[0].Flags = append(ss[0].Flags, "--data-dir="+filepath.Join(disk, "a"), "--data-dir-min-free-bytes=0")
+	c := startCluster(t, ss...)
+	cv := watch(t, c)
+	l := newLedger()
+	stopLoad := diskLoad(t, c, 0, "nofloor/load/", l)
+	filler := fillDisk(t, disk, "filler", 0)
+	a := c.node(0)
+	eventually(t, diskTimeout, "not ready: data dir failing", func() error {
+		ready, reason, err := a.readiness()
+		if err != nil || ready {
+			return fmt.Errorf("GetStatus ready=%v reason=%q err=%v", ready, reason, err)
+		}
+		return nil
+	})
+	// Some retries on the full disk: each closes pebble and fails to open it again.
+	eventually(t, diskTimeout, "3 failed commits", func() error {
+		n, err := a.metric("fanout_data_dir_total", `kind="failures"`)
+		if err == nil && n < 3 {
+			err = fmt.Errorf("%v failed commits", n)
+		}
+		return err
+	})
+	_, reason, _ := a.readiness()
+	t.Logf("A with no floor on a full disk: not ready, %q", reason)
+	if !strings.HasPrefix(reason, "disk full: ") || !strings.Contains(reason, "no space left on device") {
+		t.Errorf("A's reason %q: want \"disk full: …\" naming pebble's ENOSPC", reason)
+	}
+	if !a.running() {
+		t.Fatalf("A exited on a full disk with no floor:\n%s", a.logTail())
+	}
+	must(t, os.Remove(filler))
+	wantRecovered(t, c, 0)
+	io, err := a.metric("fanout_data_dir_failures_total", `kind="io"`)
+	must(t, err)
+	if io < 1 {
+		t.Errorf(`fanout_data_dir_failures_total{kind="io"} = %v: pebble never met ENOSPC, which this test is about`, io)
+	}
+	ok, refused := stopLoad()
+	cv.wait(convergeTimeout, l, 0, 1)
+	t.Logf("RESULT no floor: %d accepted, %d refused; %v commits failed in pebble (io)", ok, refused, io)
+	wantAllOnDisk(t, c, 0, l)
+}
