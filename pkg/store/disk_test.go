@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,48 +229,65 @@ func TestLogWriteFails(t *testing.T) {
 	}
 }
 
-// TestCorruptedTable: a bit flipped in an sstable fails Open or Load with an error
-// that names the file and the way out, not a panic.
-func TestCorruptedTable(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir)
-	var puts []Record
-	for i := range 200 {
-		puts = append(puts, rec(strings.Repeat("k", 40)+string(rune('a'+i%26))+string(rune('a'+i/26)), uint64(i+1)))
+// TestDamagedTable: an sstable damaged in any of these ways fails Open or Load with
+// an error that names the file and the way out, not a panic.
+func TestDamagedTable(t *testing.T) {
+	damage := map[string]func(path string, b []byte) error{
+		"bits flipped": func(path string, b []byte) error {
+			for i := 100; i < 300 && i < len(b); i++ {
+				b[i] ^= 0xff
+			}
+			return os.WriteFile(path, b, 0o600)
+		},
+		"footer flipped": func(path string, b []byte) error {
+			for i := len(b) - 40; i < len(b); i++ {
+				b[i] ^= 0xff
+			}
+			return os.WriteFile(path, b, 0o600)
+		},
+		"truncated": func(path string, b []byte) error { return os.WriteFile(path, b[:len(b)/2], 0o600) },
+		"empty":     func(path string, _ []byte) error { return os.WriteFile(path, nil, 0o600) },
+		"removed":   func(path string, _ []byte) error { return os.Remove(path) },
 	}
-	commit(t, s, puts)
-	if err := s.db.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	ssts, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
-	if len(ssts) == 0 {
-		t.Fatal("no sstable after a flush")
-	}
-	b, err := os.ReadFile(ssts[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 100; i < 300 && i < len(b); i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(ssts[0], b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	s2, err := Open(dir, DefaultConfig())
-	if err == nil {
-		err = s2.Load(func(Record) error { return nil })
-		s2.Close()
-	}
-	if err == nil {
-		t.Fatal("a corrupted sstable opened and loaded")
-	}
-	name := filepath.Base(ssts[0])
-	for _, want := range []string{name, "move the data dir aside", "re-syncs"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
+	for name, fn := range damage {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir)
+			var puts []Record
+			for i := range 200 {
+				puts = append(puts, rec(fmt.Sprintf("%040d", i), uint64(i+1)))
+			}
+			commit(t, s, puts)
+			if err := s.db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			ssts, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+			if len(ssts) == 0 {
+				t.Fatal("no sstable after a flush")
+			}
+			b, err := os.ReadFile(ssts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fn(ssts[0], b); err != nil {
+				t.Fatal(err)
+			}
+			s2, err := Open(dir, DefaultConfig())
+			if err == nil {
+				err = s2.Load(func(Record) error { return nil })
+				s2.Close()
+			}
+			if err == nil {
+				t.Fatal("a damaged sstable opened and loaded")
+			}
+			num := strings.TrimSuffix(filepath.Base(ssts[0]), ".sst")
+			for _, want := range []string{num, "move the data dir aside", "re-syncs"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -167,6 +168,12 @@ func Open(dir string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, log: cfg.Logger, lock: lock, fs: cfg.fs, minFree: cfg.MinFreeBytes, statfs: cfg.statfs}
+	if s.fs == nil {
+		// Given, so that pebble does not wrap it in its disk-health checker, whose
+		// goroutine a failed Open leaves running (one per retry of a reopen); its
+		// slow-disk event is a no-op here anyway.
+		s.fs = vfs.Default
+	}
 	if err := s.openAtStart(); err != nil {
 		lock.Close()
 		return nil, err
@@ -327,7 +334,14 @@ func (s *Store) open(readOnly bool) error {
 		EventListener: s.events(),
 	})
 	if err != nil {
-		return fmt.Errorf("store: opening %s: %w", s.dir, s.corrupted(err))
+		err = s.corrupted(err)
+		var corrupt *CorruptError
+		var errno syscall.Errno
+		if !errors.As(err, &corrupt) && !errors.As(err, &errno) && !errors.Is(err, pebble.ErrDBDoesNotExist) {
+			// A file missing, or of the wrong size: pebble does not call it corruption.
+			return fmt.Errorf("store: opening %s: %w (if a file of the data dir is missing or damaged: %s)", s.dir, err, corruptAdvice)
+		}
+		return fmt.Errorf("store: opening %s: %w", s.dir, err)
 	}
 	s.db = db
 	s.readOnly.Store(readOnly)
