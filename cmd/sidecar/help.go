@@ -26,7 +26,7 @@ func serveFlagGroups() []flagGroup {
 		{"Failures: timeouts, pauses and breakers", []string{"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
 			"breaker-failures", "breaker-open", "breaker-probes"}},
 		{"State table and limits", []string{"state-max-keys", "state-max-bytes", "state-max-tombstones", "state-max-tombstone-bytes", "tombstone-ttl", "max-event-bytes", "max-request-bytes"}},
-		{"Start-up, catch-up and shutdown", []string{"data-dir", "anti-entropy-interval", "sync-timeout", "shutdown-timeout"}},
+		{"Start-up, catch-up and shutdown", []string{"data-dir", "data-dir-min-free-bytes", "anti-entropy-interval", "sync-timeout", "shutdown-timeout"}},
 		{"Security (docs/SECURITY.md)", []string{"peer-tls-cert", "peer-tls-key", "peer-tls-ca", "app-token-file", "app-socket-mode"}},
 		{"Runtime", []string{"log-level", "gomaxprocs", "memory-limit", "pprof-addr"}},
 	}

@@ -61,6 +61,8 @@ type instanceConfig struct {
 	dataDir     string
 	nodeIDGiven bool
 	security    securityOptions
+	// dataDirMinFree is --data-dir-min-free-bytes (store.Config.MinFreeBytes).
+	dataDirMinFree int64
 	// collectors are registered on /metrics beside the node's (DNS discovery's).
 	collectors []prometheus.Collector
 	// unaryReplicate: --replicate-stream=false (peers.Options.Unary).
@@ -121,7 +123,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	}
 	var st *store.Store
 	if c.dataDir != "" {
-		if st, err = openStore(c.dataDir, &c.node, c.nodeIDGiven, c.log); err != nil {
+		if st, err = openStore(c.dataDir, c.dataDirMinFree, &c.node, c.nodeIDGiven, c.log); err != nil {
 			return fail(err)
 		}
 		undo = append(undo, func() { st.Close() })
@@ -186,13 +188,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	inst.wg.Add(1)
 	go func() {
 		defer inst.wg.Done()
-		select {
-		case <-node.Ready():
-			_, reason := node.Readiness()
-			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING) // no-op after Shutdown
-			c.log.Info("ready", "reason", reason)
-		case <-node.Done():
-		}
+		inst.followReadiness(node)
 	}()
 	if c.adminAddr != "" {
 		if err := inst.startAdmin(c.adminAddr, reg, c.log); err != nil {
@@ -222,11 +218,38 @@ func startInstance(c instanceConfig) (*instance, error) {
 	return inst, nil
 }
 
+// followReadiness sets the readiness service from node.Readiness: once the node is
+// ready, and again each time it changes (a data dir whose commits fail, then work),
+// until the node stops. SetServingStatus is a no-op after health.Shutdown.
+func (inst *instance) followReadiness(node *fanout.Node) {
+	select {
+	case <-node.Ready():
+	case <-node.Done():
+		return
+	}
+	for {
+		changed := node.ReadinessChanged() // before Readiness: a change after it closes this
+		ready, reason := node.Readiness()
+		if ready {
+			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING)
+			inst.log.Info("ready", "reason", reason)
+		} else {
+			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+			inst.log.Warn("not ready", "reason", reason)
+		}
+		select {
+		case <-changed:
+		case <-node.Done():
+			return
+		}
+	}
+}
+
 // openStore opens --data-dir and reconciles the node id with the one saved there:
 // a new data dir saves cfg.NodeID; an old one gives its id unless the operator set
 // another, which is an error (the saved records' origin is the saved id).
-func openStore(dir string, cfg *fanout.Config, given bool, log *slog.Logger) (*store.Store, error) {
-	st, err := store.Open(dir, store.Config{Logger: log.With("component", "store")})
+func openStore(dir string, minFree int64, cfg *fanout.Config, given bool, log *slog.Logger) (*store.Store, error) {
+	st, err := store.Open(dir, store.Config{Logger: log.With("component", "store"), MinFreeBytes: minFree})
 	if err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -32,6 +33,7 @@ type serveOptions struct {
 	memoryLimit                  string
 	memoryNote                   string // what --memory-limit decided, for the startup log
 	dataDir                      string
+	dataDirMinFree               int64
 	nodeIDGiven                  bool // --node-id or FANOUT_NODE_ID was set
 	security                     securityOptions
 	discovery                    discoveryOptions
@@ -48,6 +50,7 @@ func defaultServeOptions() serveOptions {
 		logLevel:        "info",
 		gomaxprocs:      1,
 		memoryLimit:     "auto",
+		dataDirMinFree:  store.DefaultMinFreeBytes,
 		node:            fanout.DefaultConfig(),
 		discovery:       defaultDiscoveryOptions(),
 	}
@@ -63,6 +66,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.adminAddr, "admin-addr", o.adminAddr, "HTTP /metrics, /healthz (liveness), /readyz (readiness) and gRPC health on the same port, for Prometheus and the kubelet's probes (all interfaces: they come from outside the pod; it serves nothing else); empty disables")
 	fs.StringVar(&o.pprofAddr, "pprof-addr", o.pprofAddr, "serve Go's profiles (/debug/pprof/) here, e.g. 127.0.0.1:6060 (empty: off; profiles and the command line are not for the network, keep it on loopback)")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "keep the state table, the clock and the node id in this directory (pebble, fsynced): a restart resumes from it, and Submit answers once events are on disk (empty: memory only; peers still bootstrap the node)")
+	fs.Int64Var(&o.dataDirMinFree, "data-dir-min-free-bytes", o.dataDirMinFree, "with --data-dir: below this much free space on its file system, commits are refused (Submit answers UNAVAILABLE, the node is not ready: \"disk full\") before the store sees ENOSPC, and resume by themselves once there is room (64 MiB: a commit, a memtable flush, compactions and a new MANIFEST; 0: no floor)")
 	fs.StringVar(&o.peers, "peers", o.peers, "comma-separated peer addresses host:port (their --peer-addr); this node's own address is detected and dropped")
 	fs.DurationVar(&c.PeerRemovalGrace, "peer-removal-grace", c.PeerRemovalGrace, "a peer that leaves the peer set (DNS no longer names it) is still sent what it has pending for this long, then the rest is dropped; named again before then, it is back with nothing lost (one --peers-refresh: a DNS answer that briefly leaves a pod out loses nothing)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
@@ -178,7 +182,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 	}
 	inst, err := startInstance(instanceConfig{
 		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr, pprofAddr: o.pprofAddr,
-		node: o.node, log: log, dataDir: o.dataDir, nodeIDGiven: o.nodeIDGiven, security: o.security,
+		node: o.node, log: log, dataDir: o.dataDir, dataDirMinFree: o.dataDirMinFree, nodeIDGiven: o.nodeIDGiven, security: o.security,
 		collectors: collectors, unaryReplicate: !o.replicateStream,
 	})
 	if err != nil {

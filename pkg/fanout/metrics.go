@@ -26,6 +26,7 @@ type descs struct {
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted                   *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                                  *prometheus.Desc
 	tombBytes, tombsLimit, tombBytesLimit, peerWrites, ownOrigin                                 *prometheus.Desc
+	diskFailures, diskFull                                                                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -125,6 +126,10 @@ func NewCollector(n *Node) *Collector {
 		diskLag: g("fanout_data_dir_lag_revisions",
 			"With --data-dir: state table revisions not yet on disk (0 when idle; growing: the disk is slower than the writes, or failing)."),
 		diskCommit: g("fanout_data_dir_last_commit_seconds", "With --data-dir: how long the last commit took, its fsync included."),
+		diskFailures: g("fanout_data_dir_failures_total",
+			"With --data-dir: failed commits by kind: disk_full (refused below --data-dir-min-free-bytes), io (the store failed and reopened), other.", "kind"),
+		diskFull: g("fanout_data_dir_disk_full",
+			"With --data-dir: 1 while commits fail because the disk is below --data-dir-min-free-bytes (the node is not ready then)."),
 	}}
 }
 
@@ -134,7 +139,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.peers, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
 		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions, d.relayed,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
-		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit,
+		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit, d.diskFailures, d.diskFull,
 		d.tombBytes, d.tombsLimit, d.tombBytesLimit, d.peerWrites, d.ownOrigin} {
 		ch <- x
 	}
@@ -225,6 +230,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(d.diskLag, float64(ps.Latest-min(ps.Latest, ps.Durable)))
 		gauge(d.diskCommit, ps.LastCommit.Seconds())
+		other := ps.Failures - ps.DiskFull - ps.IOErrors
+		for _, k := range []kv{{"disk_full", ps.DiskFull}, {"io", ps.IOErrors}, {"other", other}} {
+			counter(d.diskFailures, k.v, k.k)
+		}
+		full := 0.0
+		if ps.Full {
+			full = 1
+		}
+		gauge(d.diskFull, full)
 	}
 	gauge(d.subs, float64(n.subscribers.Load()))
 	counter(d.delivered, n.delivered.Load())

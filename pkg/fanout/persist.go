@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,9 @@ type Store interface {
 	Clock() uint64
 	// RaiseClock saves v as the clock's mark if it is higher, durably.
 	RaiseClock(v uint64) error
+	// Writable is nil if a commit may succeed now, else why not (a full disk:
+	// store.ErrDiskFull; a failed store: store.ErrFailed). It writes nothing.
+	Writable() error
 }
 
 // ErrNotDurable wraps a failed commit to the data dir: the events are applied in
@@ -61,20 +65,26 @@ type persister struct {
 	// advanced is closed and replaced whenever durable rises or err changes.
 	advanced chan struct{}
 	// err is the last commit's error, nil once a commit succeeds again; it covered
-	// the revisions up to errUpTo.
+	// the revisions up to errUpTo. cause is the Store's error it wraps.
 	err     error
 	errUpTo uint64
+	cause   error
+	// faulted is closed and replaced whenever err turns from nil to set or back:
+	// the node's readiness changes then.
+	faulted chan struct{}
 	// collected are the keys of tombstones forgotten since the last commit (copies).
 	collected [][]byte
 	// stats
 	commits, records, deletes, failures uint64
 	lastCommit                          time.Duration
+	// failures by kind: the disk below the floor, the store failed (I/O).
+	diskFull, ioErrors uint64
 }
 
 func newPersister(s Store, t *state.Table, log *slog.Logger) *persister {
 	return &persister{store: s, table: t, log: log,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		advanced: make(chan struct{})}
+		advanced: make(chan struct{}), faulted: make(chan struct{})}
 }
 
 // forgotten is state.Config.Collected: it runs under the table's lock.
@@ -96,6 +106,9 @@ func (p *persister) run() {
 		MaxEntries: persistMaxEntries, MaxBytes: persistMaxBytes}
 	var buf []state.Entry
 	var recs []store.Record
+	if err := p.store.Writable(); err != nil { // a full disk at start: not ready, and why
+		p.failed(err, p.table.Revision())
+	}
 	for {
 		var retry <-chan time.Time
 		if err := p.flush(&scan, &buf, &recs); err != nil {
@@ -118,6 +131,13 @@ func (p *persister) run() {
 // flush commits every change after scan.After, in steps. On an error the scan is
 // put back, so that the same changes are tried again.
 func (p *persister) flush(scan *state.Scan, buf *[]state.Entry, recs *[]store.Record) error {
+	if p.faultErr() != nil {
+		// Still failing? Asked even with nothing to commit, so that the fault is
+		// not taken for over before the disk can take a commit.
+		if err := p.store.Writable(); err != nil {
+			return p.failed(err, p.table.Revision())
+		}
+	}
 	for {
 		before := scan.After
 		entries, err := p.table.Next(scan, (*buf)[:0])
@@ -166,19 +186,57 @@ func (p *persister) flush(scan *state.Scan, buf *[]state.Entry, recs *[]store.Re
 
 // failed records a commit's error; the waiters for revisions up to upTo, the last
 // one it tried to write, get it.
-func (p *persister) failed(err error, upTo uint64) error {
-	err = fmt.Errorf("%w: %v", ErrNotDurable, err)
+func (p *persister) failed(cause error, upTo uint64) error {
+	err := fmt.Errorf("%w: %v", ErrNotDurable, cause)
 	p.mu.Lock()
 	first := p.err == nil
-	p.err, p.errUpTo = err, max(p.errUpTo, upTo)
+	p.err, p.errUpTo, p.cause = err, max(p.errUpTo, upTo), cause
 	p.failures++
+	switch {
+	case errors.Is(cause, store.ErrDiskFull):
+		p.diskFull++
+	case errors.Is(cause, store.ErrFailed):
+		p.ioErrors++
+	}
 	close(p.advanced)
 	p.advanced = make(chan struct{})
+	if first {
+		close(p.faulted)
+		p.faulted = make(chan struct{})
+	}
 	p.mu.Unlock()
 	if first {
 		p.log.Error("data dir: commit failed; retrying every second, Submits answer UNAVAILABLE meanwhile", "err", err)
 	}
 	return err
+}
+
+func (p *persister) faultErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// fault is the node's readiness while commits fail: false and why ("disk full: …"),
+// or true when they do not.
+func (p *persister) fault() (ok bool, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.err == nil:
+		return true, ""
+	case errors.Is(p.cause, store.ErrDiskFull):
+		return false, "disk full: " + strings.TrimPrefix(p.cause.Error(), store.ErrDiskFull.Error()+": ")
+	default:
+		return false, "data dir failing: " + p.cause.Error()
+	}
+}
+
+// faultChanged is closed when commits start or stop failing.
+func (p *persister) faultChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faulted
 }
 
 func (p *persister) advance(rev uint64, records, deletes int, took time.Duration) {
@@ -195,8 +253,10 @@ func (p *persister) advance(rev uint64, records, deletes int, took time.Duration
 	}
 	if p.err != nil {
 		p.log.Info("data dir: commits succeed again")
+		close(p.faulted)
+		p.faulted = make(chan struct{})
 	}
-	p.durable, p.err, p.errUpTo = max(p.durable, rev), nil, 0
+	p.durable, p.err, p.errUpTo, p.cause = max(p.durable, rev), nil, 0, nil
 	close(p.advanced)
 	p.advanced = make(chan struct{})
 }
@@ -243,6 +303,8 @@ func (p *persister) close() {
 // persistStats are the persister's counters, for GetStatus and the metrics.
 type persistStats struct {
 	Commits, Records, Deletes, Failures uint64
+	DiskFull, IOErrors                  uint64 // of Failures
+	Full                                bool   // failing now, the disk below the floor
 	LastCommit                          time.Duration
 	Durable, Latest                     uint64
 	Err                                 string
@@ -253,6 +315,7 @@ func (p *persister) stats() persistStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := persistStats{Commits: p.commits, Records: p.records, Deletes: p.deletes, Failures: p.failures,
+		DiskFull: p.diskFull, IOErrors: p.ioErrors, Full: p.err != nil && errors.Is(p.cause, store.ErrDiskFull),
 		LastCommit: p.lastCommit, Durable: p.durable, Latest: latest}
 	if p.err != nil {
 		s.Err = p.err.Error()
@@ -285,7 +348,11 @@ func (n *Node) load() error {
 		}
 		return nil
 	})
-	if err != nil {
+	var corrupt *store.CorruptError
+	switch {
+	case errors.As(err, &corrupt): // says the way out itself
+		return fmt.Errorf("--data-dir: loading the state: %w", err)
+	case err != nil:
 		return fmt.Errorf("--data-dir: loading the state: %w (to start empty instead, move the data dir aside: anti-entropy refills it from the peers)", err)
 	}
 	hwm := n.cfg.Store.Clock()

@@ -334,3 +334,99 @@ func TestDataDirClockLease(t *testing.T) {
 		t.Fatalf("after the restart x got version %d, not above %d, which the node handed out (and sent) before", v, sent.Stamp.Version)
 	}
 }
+
+// fullStore refuses every write with store.ErrDiskFull while full is set, as the
+// store does below its free-space floor.
+type fullStore struct {
+	*store.Store
+	full atomic.Bool
+}
+
+func (f *fullStore) check() error {
+	if f.full.Load() {
+		return fmt.Errorf("%w: 1.0 MiB free on /data, below the floor of 64.0 MiB", store.ErrDiskFull)
+	}
+	return nil
+}
+
+func (f *fullStore) Commit(puts []store.Record, deletes [][]byte) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.Store.Commit(puts, deletes)
+}
+
+func (f *fullStore) RaiseClock(v uint64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.Store.RaiseClock(v)
+}
+
+func (f *fullStore) Writable() error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.Store.Writable()
+}
+
+// TestDataDirDiskFull: a disk below the floor, at start or later, makes the node
+// not ready with "disk full: …" and Submit UNAVAILABLE with the reason, while reads
+// are served; once there is room it is ready again by itself, and what it applied in
+// memory meanwhile reaches the disk.
+func TestDataDirDiskFull(t *testing.T) {
+	fs := &fullStore{Store: openTestStore(t, t.TempDir())}
+	fs.full.Store(true) // full at start
+	cfg := testConfig("a")
+	cfg.Store = fs
+	tn := startTestNode(t, cfg)
+	ctx := context.Background()
+	waitReadiness := func(want bool, reason string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second) // generous: a busy machine
+		for {
+			changed := tn.node.ReadinessChanged()
+			ok, why := tn.node.Readiness()
+			if ok == want && strings.HasPrefix(why, reason) {
+				return
+			}
+			select {
+			case <-changed:
+			case <-tn.node.Ready(): // the bootstrap's end also changes it
+			case <-deadline:
+				t.Fatalf("readiness %v %q; want %v %q", ok, why, want, reason)
+			}
+		}
+	}
+	waitReadiness(false, "disk full: 1.0 MiB free on /data, below the floor")
+	_, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "1")}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "disk full") {
+		t.Fatalf("Submit on a full disk: %v; want UNAVAILABLE saying disk full", err)
+	}
+	// A peer's write is applied in memory, and served.
+	if _, err := tn.node.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: "b", Events: []*fanoutv1.Event{
+		{TaskId: "p", Version: 7}}}); err != nil {
+		t.Fatalf("Replicate on a full disk: %v", err)
+	}
+	page, err := tn.app.Get(ctx, &fanoutv1.GetRequest{Prefix: "p"})
+	if err != nil || len(page.Entries) != 1 {
+		t.Fatalf("Get on a full disk: %v, %d entries; want p", err, len(page.GetEntries()))
+	}
+	if st := tn.node.persist.stats(); st.DiskFull == 0 || !st.Full {
+		t.Errorf("persist stats %+v: want DiskFull counted and Full", st)
+	}
+
+	fs.full.Store(false)
+	<-tn.node.Ready()
+	waitReadiness(true, "")
+	if _, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("y", "3")}}); err != nil {
+		t.Fatalf("Submit once there is room: %v", err)
+	}
+	tn.node.Close()
+	recs := storeRecords(t, fs.Store)
+	for _, k := range []string{"p", "y"} {
+		if _, ok := recs[k]; !ok {
+			t.Errorf("%s is not on disk after the disk had room again", k)
+		}
+	}
+}

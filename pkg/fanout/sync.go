@@ -115,7 +115,21 @@ func (n *Node) Readiness() (bool, string) {
 	if n.draining.Load() {
 		return false, "draining: shutting down"
 	}
+	if n.persist != nil {
+		if ok, reason := n.persist.fault(); !ok {
+			return false, reason
+		}
+	}
 	return n.readiness.get()
+}
+
+// ReadinessChanged is closed when Readiness may have changed after Ready: a data dir
+// whose commits start or stop failing. Ask for it again after each close.
+func (n *Node) ReadinessChanged() <-chan struct{} {
+	if n.persist == nil {
+		return nil
+	}
+	return n.persist.faultChanged()
 }
 
 func (n *Node) newSyncer() (*antientropy.Syncer, error) {

@@ -84,6 +84,54 @@
 // SetNodeID and a new dir's layout are also written with pebble.Sync. Nothing else
 // is: Close relies on the WAL.
 //
+// # Disk faults: a free-space floor, and a reopen after a fatal error
+//
+// pebble treats a failed write of its log as fatal to its commit pipeline (DB.Apply
+// calls Logger.Fatalf: "there isn't much we can do on an error here"), and so a
+// failed MANIFEST write; it expects Fatalf not to return. Two ways keep a full disk
+// from stopping the node: refuse commits before pebble sees ENOSPC, or reopen pebble
+// in the process after the fault. The store does the first, and keeps the second for
+// what the first cannot prevent:
+//
+//   - The floor. Every write (Commit, RaiseClock, SetNodeID) first reads the file
+//     system's free space (statfs(2): 1.1–2.3 µs on ext4 here, BenchmarkFreeSpace,
+//     beside a ~60 µs fdatasync) and, below Config.MinFreeBytes
+//     (--data-dir-min-free-bytes, 64 MiB by default), writes nothing and returns
+//     ErrDiskFull, which says how much is free and what the floor is. pebble never
+//     sees the fault: no failed batch, no horked pipeline, nothing to recover, and
+//     the first write that finds room again succeeds. The node retries a failed
+//     commit every second, and is not ready meanwhile ("disk full: …"). The floor
+//     covers what pebble may still write after the last commit it was given: that
+//     commit (the node commits at most 8 MiB at once), a memtable flush (4 MiB),
+//     compactions, and a new MANIFEST. A reopen alone would not do: after a fault
+//     each retry is a Fatalf, a Close and an Open replaying the log, and pebble's
+//     own background writes (flushes, compactions, the MANIFEST) fail in the
+//     meantime on a disk with no room at all.
+//   - Read-only at Open. pebble writes at Open (a new log and MANIFEST), so a store
+//     opened below the floor is opened read-only: the node loads its state and serves
+//     it, and the first write that finds room closes it and opens it read-write. A new
+//     store cannot be read-only; Open on a full disk fails then, saying so.
+//   - The reopen. What the floor cannot prevent (EIO, or ENOSPC from another writer
+//     filling the disk faster than the floor's margin) still reaches Fatalf on the
+//     committing goroutine. pebbleLogger.Fatalf panics with a value of its own that
+//     the store call recovers (guard): the call returns ErrFailed, and no later write
+//     goes to the broken DB. The next write reopens it (Close returns the error and
+//     releases the files; Open replays the log, which holds every batch that was
+//     acknowledged), when no other call is in flight and the disk has at least the
+//     floor and 16 MiB free (pebble's Open flushes the memtable it recovers, and on a
+//     disk with no room that flush is retried at once, without end: Open would not
+//     return); until then writes return ErrFailed, with ErrDiskFull when that is
+//     why. The e2e test TestDiskFullNoFloor turns the floor off and fills the disk
+//     under load: pebble meets ENOSPC in its log, the process goes on, and every
+//     acknowledged event is on disk after the room is back. A Fatalf on one of pebble's own goroutines (a MANIFEST write of a
+//     background flush or compaction) cannot be recovered and still ends the
+//     process: the floor is what keeps a full disk from getting there.
+//
+// A corrupted file (a checksum that does not match) is reported by pebble's
+// DataCorruption event, which by default calls Fatalf; here it is logged and the
+// read that found it fails with a CorruptError that names the file and the way out:
+// move the data dir aside and start again, and the node re-syncs from its peers.
+//
 // # Concurrency
 //
 // Every method is safe for concurrent use. Commit, Load and SetNodeID hold the store

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -51,19 +52,34 @@ type Config struct {
 	// Default: discard.
 	Logger *slog.Logger
 
+	// MinFreeBytes is the free-space floor of the data dir's file system: a write
+	// that finds less free (statfs) is refused with ErrDiskFull before pebble sees
+	// it, and the store opens read-only below it (disk.go, doc.go "Disk faults").
+	// 0: no floor. Default: DefaultMinFreeBytes.
+	MinFreeBytes int64
+
 	// fs is pebble's file system: nil is the OS's. Tests set it to slow the log's
-	// syncs down (store_test.go).
+	// syncs down (store_test.go) or to fail writes (disk_test.go).
 	fs vfs.FS
+	// statfs returns the free bytes of dir's file system: nil is freeSpace. Tests
+	// set it to fill the disk.
+	statfs func(dir string) (uint64, error)
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Logger: slog.New(slog.DiscardHandler)}
+	return Config{Logger: slog.New(slog.DiscardHandler), MinFreeBytes: DefaultMinFreeBytes}
 }
 
 func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MinFreeBytes < 0 {
+		return fmt.Errorf("store: Config.MinFreeBytes: %d, must be at least 0", c.MinFreeBytes)
+	}
+	if c.statfs == nil {
+		c.statfs = freeSpace
 	}
 	return nil
 }
@@ -75,6 +91,16 @@ type Stats struct {
 	Syncs      uint64        // fdatasyncs of the log: the Commits shared them
 	LastCommit time.Duration // how long the latest such Commit took, its sync included
 	DiskBytes  uint64        // the store's files
+	// DiskFull counts writes refused below the free-space floor (ErrDiskFull).
+	DiskFull uint64
+	// Full: the last write found the file system below the floor. FreeBytes: the
+	// free space it found (0 before any write, or with no floor).
+	Full      bool
+	FreeBytes uint64
+	// Failed: pebble reported an error it cannot go on from (ErrFailed), and the
+	// store has not reopened since. Fatal counts such errors.
+	Failed bool
+	Fatal  uint64
 }
 
 // Store is the durable copy of a node's state: its records, node id and clock
@@ -86,10 +112,32 @@ type Store struct {
 	lock   io.Closer            // the data dir's fanout.lock, held until Close
 	fsyncs prometheus.Histogram // pebble's log sync latencies: its count is Syncs
 
+	fs      vfs.FS
+	minFree int64
+	statfs  func(dir string) (uint64, error)
+
 	// mu is held for reading by every call that uses db and for writing by Close,
-	// which so waits for the calls in flight. closed is set under mu (write).
+	// which so waits for the calls in flight, and by reopen, which replaces db.
+	// closed is set under mu (write).
 	mu     sync.RWMutex
 	closed bool
+	// readOnly: db was opened read-only, the disk being below the floor at Open.
+	// Written under mu (write); the first write that finds room reopens db.
+	readOnly atomic.Bool
+	// failed is set once, by fail, when pebble reported an error it cannot go on
+	// from: every later write returns it.
+	failed atomic.Pointer[error]
+	// corruptPath is the path of the last file pebble found corrupted.
+	corruptPath atomic.Pointer[string]
+	// full and freeBytes are what the last check of the floor found; diskFull counts
+	// the writes it refused.
+	full      atomic.Bool
+	freeBytes atomic.Uint64
+	diskFull  atomic.Uint64
+	fatals    atomic.Uint64 // the failures fail recorded
+	// bgErrors counts pebble's background errors; bgLogged is when one was last
+	// logged (unix nanos).
+	bgErrors, bgLogged atomic.Int64
 
 	// clock is the high-water mark read at Open, raised (atomic max) by each Commit
 	// after its sync. Invariant: clock <= the mark on disk; it is lower only while a
@@ -119,12 +167,113 @@ func Open(dir string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, log: cfg.Logger, lock: lock}
-	if err := s.open(cfg.fs); err != nil {
+	s := &Store{dir: dir, log: cfg.Logger, lock: lock, fs: cfg.fs, minFree: cfg.MinFreeBytes, statfs: cfg.statfs}
+	if s.fs == nil {
+		// Given, so that pebble does not wrap it in its disk-health checker, whose
+		// goroutine a failed Open leaves running (one per retry of a reopen); its
+		// slow-disk event is a no-op here anyway.
+		s.fs = vfs.Default
+	}
+	if err := s.openAtStart(); err != nil {
 		lock.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// openAtStart opens pebble read-write, or read-only when the disk is below the floor
+// (pebble writes at Open: a new log, a new MANIFEST), so that the node can load its
+// state and serve while the disk is full; the first write that finds room reopens it
+// read-write. A new store cannot be made read-only: that is an error.
+func (s *Store) openAtStart() (err error) {
+	defer s.guard(&err)
+	full := s.writable()
+	if full == nil {
+		return s.open(false)
+	}
+	if err := s.open(true); err != nil {
+		if errors.Is(err, pebble.ErrDBDoesNotExist) {
+			return fmt.Errorf("store: data dir %s is new and its disk is full: %w", s.dir, full)
+		}
+		return err
+	}
+	s.log.Warn("data dir opened read-only: its disk is below the free-space floor; writes are refused until there is room, then it reopens by itself",
+		"err", full, "data_dir", s.dir)
+	return nil
+}
+
+// reopen reopens a read-only store read-write, once a write finds room on the disk.
+// It holds mu for writing: the calls in flight end first.
+func (s *Store) reopen() (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.readOnly.Load() {
+		return nil
+	}
+	defer s.guard(&err)
+	if err := s.db.Close(); err != nil {
+		return s.fail(fmt.Sprintf("closing the read-only store: %v", err))
+	}
+	if err := s.open(false); err != nil {
+		// Back to read-only, so that the node's reads keep working.
+		if rerr := s.open(true); rerr != nil {
+			return s.fail(fmt.Sprintf("reopening read-write: %v; and read-only: %v", err, rerr))
+		}
+		return err
+	}
+	s.log.Info("data dir reopened read-write: the disk has room again", "data_dir", s.dir)
+	return nil
+}
+
+// recover reopens a failed store: pebble's Close after the failure returns the
+// error and releases the files, and Open replays the log, which holds every batch
+// that was acknowledged. It is tried by the next write (the node retries a failed
+// commit every second), only when no call is in flight: a call stuck behind the
+// failed batch in pebble's commit pipeline keeps the store failed until the restart,
+// and no caller ever waits for it here.
+func (s *Store) recover() (err error) {
+	if !s.mu.TryLock() {
+		return *s.failed.Load()
+	}
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	failed := *s.failed.Load()
+	defer s.guard(&err)
+	if s.db != nil {
+		s.closeDB() // returns the failure again
+		s.db = nil
+	}
+	if err := s.checkRoom(max(s.minFree, reopenMinFree)); err != nil {
+		return fmt.Errorf("%w; %w", err, failed)
+	}
+	if err := s.open(false); err != nil {
+		return fmt.Errorf("%w; reopening: %w", failed, err)
+	}
+	s.failed.Store(nil)
+	s.log.Info("data dir reopened after the failure: writes go on", "data_dir", s.dir, "was", failed)
+	return nil
+}
+
+// beginWrite checks that a write may go to pebble (writable), reopens a read-only
+// store read-write first if so, then takes mu for reading: the caller must call
+// s.mu.RUnlock when it returns nil.
+func (s *Store) beginWrite() error {
+	if s.failed.Load() != nil {
+		if err := s.recover(); err != nil {
+			return err
+		}
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if s.readOnly.Load() {
+		if err := s.reopen(); err != nil {
+			return err
+		}
+	}
+	return s.use()
 }
 
 // checkForeign refuses a directory that holds files but is not a data dir (it has no
@@ -174,24 +323,47 @@ func lockDir(dir string) (io.Closer, error) {
 }
 
 // open opens pebble in s.dir with the store's options: pebble's defaults (a 4 MiB
-// memtable, an 8 MiB block cache, no WAL failover) but for the logger and the clock's
-// merge operator.
-func (s *Store) open(fs vfs.FS) error {
+// memtable, an 8 MiB block cache, no WAL failover) but for the logger, the events
+// (logged, never fatal) and the clock's merge operator.
+func (s *Store) open(readOnly bool) error {
 	db, err := pebble.Open(s.dir, &pebble.Options{
-		FS:     fs,
-		Logger: pebbleLogger{s.log},
-		Merger: clockMerger(),
+		FS:            s.fs,
+		Logger:        pebbleLogger{s.log},
+		Merger:        clockMerger(),
+		ReadOnly:      readOnly,
+		EventListener: s.events(),
 	})
 	if err != nil {
+		err = s.corrupted(err)
+		var corrupt *CorruptError
+		var errno syscall.Errno
+		if !errors.As(err, &corrupt) && !errors.As(err, &errno) && !errors.Is(err, pebble.ErrDBDoesNotExist) {
+			// A file missing, or of the wrong size: pebble does not call it corruption.
+			return fmt.Errorf("store: opening %s: %w (if a file of the data dir is missing or damaged: %s)", s.dir, err, corruptAdvice)
+		}
 		return fmt.Errorf("store: opening %s: %w", s.dir, err)
 	}
 	s.db = db
+	s.readOnly.Store(readOnly)
 	s.fsyncs = db.Metrics().LogWriter.FsyncLatency
 	if err := s.readMeta(); err != nil {
 		db.Close()
-		return fmt.Errorf("store: %s: %w", s.dir, err)
+		return fmt.Errorf("store: %s: %w", s.dir, s.corrupted(err))
 	}
 	return nil
+}
+
+// events are pebble's event hooks: a background error (a flush or a compaction that
+// failed, which pebble retries) and a corrupted file are logged. pebble's default for
+// a corrupted file is Fatalf; here the read that found it fails instead, and says so.
+func (s *Store) events() *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: s.backgroundError,
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			s.corruptPath.Store(&info.Path)
+			s.log.Error("data dir: a corrupted file", "file", info.Path, "err", info.Details, "advice", corruptAdvice)
+		},
+	}
 }
 
 // readMeta checks the layout (saving it in a new store) and reads the node id and
@@ -201,6 +373,8 @@ func (s *Store) readMeta() error {
 	switch {
 	case err != nil:
 		return err
+	case !found && s.readOnly.Load():
+		return errors.New("no layout saved: the store was never finished; move the data dir aside and start again")
 	case !found:
 		if err := s.db.Set([]byte(metaLayout), []byte{layout}, pebble.Sync); err != nil {
 			return fmt.Errorf("saving the layout: %w", err)
@@ -263,14 +437,15 @@ func (s *Store) NodeID() string {
 }
 
 // SetNodeID saves id as the node id, durably (synced when it returns nil).
-func (s *Store) SetNodeID(id string) error {
+func (s *Store) SetNodeID(id string) (err error) {
 	if n := len(id); n == 0 || n > MaxOriginBytes {
 		return fmt.Errorf("store: node id: %d bytes, must be 1..%d", n, MaxOriginBytes)
 	}
-	if err := s.use(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	defer s.guard(&err)
 	s.nodeMu.Lock()
 	defer s.nodeMu.Unlock()
 	if err := s.db.Set([]byte(metaNodeID), []byte(id), pebble.Sync); err != nil {
@@ -288,14 +463,15 @@ func (s *Store) Clock() uint64 { return s.clock.Load() }
 // RaiseClock raises the clock's high-water mark to v (never lowers it), durably:
 // the node leases versions ahead of use with it, so that a restart starts above every
 // version it handed out, committed or not.
-func (s *Store) RaiseClock(v uint64) error {
+func (s *Store) RaiseClock(v uint64) (err error) {
 	if v <= s.clock.Load() {
 		return nil
 	}
-	if err := s.use(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	defer s.guard(&err)
 	if err := s.db.Merge([]byte(metaClock), encodeClock(v), pebble.Sync); err != nil {
 		return fmt.Errorf("store: saving the clock: %w", err)
 	}
@@ -309,11 +485,12 @@ func (s *Store) RaiseClock(v uint64) error {
 // distinct origin). A value that does not decode stops Load with an error that names
 // its key. fn must not call the Store: Load holds it open for reading, and a Close
 // waiting behind fn would deadlock a nested call.
-func (s *Store) Load(fn func(r Record) error) error {
+func (s *Store) Load(fn func(r Record) error) (err error) {
 	if err := s.use(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	defer s.guard(&err)
 	it, err := s.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{prefixRecord},
 		UpperBound: []byte{prefixRecord + 1},
@@ -322,7 +499,10 @@ func (s *Store) Load(fn func(r Record) error) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	err = s.load(it, fn)
-	return errors.Join(err, it.Close())
+	if cerr := it.Close(); err == nil { // the iterator's error again, if it had one
+		err = cerr
+	}
+	return err
 }
 
 func (s *Store) load(it *pebble.Iterator, fn func(r Record) error) error {
@@ -331,7 +511,7 @@ func (s *Store) load(it *pebble.Iterator, fn func(r Record) error) error {
 		key := it.Key()[1:]
 		raw, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("store: record %q: %w", key, err)
+			return fmt.Errorf("store: record %q: %w", key, s.corrupted(err))
 		}
 		v, err := decodeValue(raw)
 		if err != nil {
@@ -348,7 +528,10 @@ func (s *Store) load(it *pebble.Iterator, fn func(r Record) error) error {
 			return err
 		}
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("store: reading the records: %w", s.corrupted(err))
+	}
+	return nil
 }
 
 // Commit writes puts, then removes deletes (a key in both ends up removed; a key put
@@ -357,18 +540,20 @@ func (s *Store) load(it *pebble.Iterator, fn func(r Record) error) error {
 // Commit returns nil, and after a crash either all of it is there or none; concurrent
 // Commits share syncs (group commit, doc.go). A bound broken by any record fails the
 // whole Commit before anything is written, with an error naming the field. Commit
-// keeps no reference to its arguments.
-func (s *Store) Commit(puts []Record, deletes [][]byte) error {
+// keeps no reference to its arguments. Below the free-space floor it writes nothing
+// and returns ErrDiskFull; after a fatal pebble error, ErrFailed (doc.go).
+func (s *Store) Commit(puts []Record, deletes [][]byte) (err error) {
 	if err := validate(puts, deletes); err != nil {
 		return err
 	}
 	if len(puts) == 0 && len(deletes) == 0 {
 		return nil
 	}
-	if err := s.use(); err != nil {
+	if err := s.beginWrite(); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	defer s.guard(&err)
 	start := time.Now()
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -459,17 +644,31 @@ func (s *Store) Stats() Stats {
 		Commits:    s.commits.Load(),
 		Records:    s.records.Load(),
 		LastCommit: time.Duration(s.lastCommitNs.Load()),
+		DiskFull:   s.diskFull.Load(),
+		Full:       s.full.Load(),
+		FreeBytes:  s.freeBytes.Load(),
+		Failed:     s.failed.Load() != nil,
+		Fatal:      s.fatals.Load(),
 	}
 	if s.use() != nil {
 		return st
 	}
 	defer s.mu.RUnlock()
+	if s.db == nil {
+		return st
+	}
 	var m dto.Metric
 	if s.fsyncs != nil && s.fsyncs.Write(&m) == nil {
 		st.Syncs = m.GetHistogram().GetSampleCount()
 	}
 	st.DiskBytes = s.db.Metrics().DiskSpaceUsage()
 	return st
+}
+
+// closeDB closes pebble; after a failure, a Fatalf of its Close is an error too.
+func (s *Store) closeDB() (err error) {
+	defer s.guard(&err)
+	return s.db.Close()
 }
 
 // Close waits for the calls in flight, closes the store and releases the data dir.
@@ -481,7 +680,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	err := s.db.Close()
+	var err error
+	if s.db != nil { // nil after a failed recover
+		err = s.closeDB()
+	}
 	if lerr := s.lock.Close(); lerr != nil {
 		err = errors.Join(err, fmt.Errorf("store: releasing the lock of %s: %w", s.dir, lerr))
 	}
