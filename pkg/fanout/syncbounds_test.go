@@ -1,0 +1,151 @@
+package fanout
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/antientropy"
+	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/state"
+)
+
+// syncFake is a peer connection that replicates through a FakeNetwork and answers
+// anti-entropy: Digest with every node of the tree differing, then Pull hangs until
+// its context ends ("hung"), or answers nothing ("good"). Each call is reported on
+// calls.
+type syncFake struct {
+	*peers.FakeConn
+	name  string
+	hang  bool
+	calls chan string // "<name> digest", "<name> pull", "<name> pull ended"
+}
+
+var _ SyncPeer = (*syncFake)(nil)
+
+func (f *syncFake) report(what string) {
+	select {
+	case f.calls <- f.name + " " + what:
+	default: // the test reads what it waits for; the rest is not kept
+	}
+}
+
+func (f *syncFake) Digest(_ context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
+	f.report("digest")
+	hashes := make([]uint64, len(req.GetNodes())*state.DigestFanout)
+	for i := range hashes {
+		hashes[i] = ^uint64(i)
+	}
+	return &fanoutv1.DigestResponse{NodeId: f.name, Root: 1, Hashes: hashes}, nil
+}
+
+func (f *syncFake) Pull(ctx context.Context, _ *fanoutv1.PullRequest, _ func(*fanoutv1.PullResponse) error) error {
+	f.report("pull")
+	if !f.hang {
+		return nil
+	}
+	<-ctx.Done()
+	f.report("pull ended")
+	return ctx.Err()
+}
+
+func (f *syncFake) Push(context.Context, *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+	return &fanoutv1.PushResponse{NodeId: f.name}, nil
+}
+
+// syncBoundsNode starts node "a" with peers "hung" and "good" (syncFake).
+func syncBoundsNode(t *testing.T, tweak func(*Config)) (*testNode, chan string) {
+	t.Helper()
+	fake := peers.NewFakeNetwork()
+	ok := func(_ context.Context, r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+		return &fanoutv1.ReplicateResponse{NodeId: "x", Statuses: make([]fanoutv1.ItemStatus, len(r.GetEvents()))}, nil
+	}
+	fake.Handle("hung", ok)
+	fake.Handle("good", ok)
+	calls := make(chan string, 64)
+	cfg := testConfig("a", "hung", "good")
+	cfg.AntiEntropyInterval = 20 * time.Millisecond
+	cfg.Dial = func(addr string) (Replicator, error) {
+		return &syncFake{FakeConn: fake.Dial(addr), name: addr, hang: addr == "hung", calls: calls}, nil
+	}
+	tweak(&cfg)
+	return startTestNode(t, cfg), calls
+}
+
+// await reads calls until want comes, failing the test after a named deadline.
+func await(t *testing.T, calls <-chan string, want string) {
+	t.Helper()
+	const within = 10 * time.Second // generous: a busy machine
+	deadline := time.After(within)
+	for {
+		select {
+		case c := <-calls:
+			if c == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%q did not come within %s", want, within)
+		}
+	}
+}
+
+// TestRoundsDoNotWaitOnAHungPeer: with a peer hung in Pull (and a call deadline
+// longer than the test), the node's rounds with its other peer go on, round after
+// round.
+func TestRoundsDoNotWaitOnAHungPeer(t *testing.T) {
+	tn, calls := syncBoundsNode(t, func(c *Config) {
+		c.ReplicateTimeout = time.Hour // the hung Pull outlasts the test
+		c.SyncTimeout = 50 * time.Millisecond
+	})
+	await(t, calls, "hung pull")
+	for range 3 {
+		await(t, calls, "good pull")
+	}
+	l := linkTo(t, tn.node, "hung")
+	if !l.sync.running.Load() {
+		t.Fatal("the round with the hung peer ended; the test wants it hung throughout")
+	}
+}
+
+// TestHungPullTimesOut: a peer that answers Digest and hangs in Pull fails its
+// round after --replicate-timeout, counted as a pull timeout; bootstrap does not
+// try it again, so readiness does not wait for --sync-timeout.
+func TestHungPullTimesOut(t *testing.T) {
+	tn, calls := syncBoundsNode(t, func(c *Config) {
+		c.ReplicateTimeout = 100 * time.Millisecond
+		c.SyncTimeout = time.Hour
+	})
+	await(t, calls, "hung pull ended")
+	const readyWithin = 10 * time.Second
+	select {
+	case <-tn.node.Ready():
+	case <-time.After(readyWithin):
+		t.Fatalf("not ready within %s with a peer hung in Pull (--sync-timeout 1h)", readyWithin)
+	}
+	ok, reason := tn.node.Readiness()
+	if !ok || !strings.Contains(reason, "synced with 1 of 2 peers") || !strings.Contains(reason, "pull: the peer sent nothing for 100ms") {
+		t.Errorf("readiness %t %q; want ready, synced with the good peer, the hung one failed naming the pull", ok, reason)
+	}
+	l := linkTo(t, tn.node, "hung")
+	await(t, calls, "hung pull ended") // a periodic round's
+	l.sync.mu.Lock()
+	timeouts, lastErr := l.sync.timeouts["pull"], l.sync.lastErr
+	l.sync.mu.Unlock()
+	if timeouts < 1 || !strings.Contains(lastErr, antientropy.ErrTimeout.Error()) {
+		t.Errorf("pull timeouts %d, last error %q; want counted, ErrTimeout", timeouts, lastErr)
+	}
+}
+
+// linkTo returns n's link to addr, failing the test if there is none.
+func linkTo(t *testing.T, n *Node, addr string) *link {
+	t.Helper()
+	for _, l := range *n.links.Load() {
+		if l.addr == addr {
+			return l
+		}
+	}
+	t.Fatalf("no link to %s", addr)
+	return nil
+}
