@@ -176,8 +176,9 @@ func TestAntiEntropyPastHungPull(t *testing.T) {
 		syncTimeout = 2 * time.Minute
 		// repairWork is the repairing round's own time, and the test's reading of
 		// 12,000 keys from B: B had them 0.9s after SIGCONT on an idle 2-core
-		// machine, 2.1-3.4s at load average 16; this allows for more.
-		repairWork     = 6 * time.Second
+		// machine, 2.1-4.7s at load average 16-21; this allows for more. A node
+		// whose rounds waited on F's Pull took 2 minutes.
+		repairWork     = 10 * time.Second
 		hungPeerRepair = 2*interval*5/4 + repairWork
 	)
 	f := startFakePeer(t, hangPull)
