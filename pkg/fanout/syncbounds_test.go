@@ -149,3 +149,38 @@ func linkTo(t *testing.T, n *Node, addr string) *link {
 	t.Fatalf("no link to %s", addr)
 	return nil
 }
+
+// TestSyncStatsCountsLimitsAndWarnsAtARate: with injected time, rounds whose push was
+// cut or held are counted apart, timeouts by call, and the WARN about them comes at
+// most once per peerErrorLogEvery, with the rounds it covers.
+func TestSyncStatsCountsLimitsAndWarnsAtARate(t *testing.T) {
+	var s syncStats
+	t0 := time.Unix(1_000_000, 0)
+	for i, step := range []struct {
+		at          time.Duration
+		r           antientropy.Result
+		warn        bool
+		limited     int
+		cut, held   uint64
+		pullTimeout uint64
+	}{
+		{0, antientropy.Result{PushCut: true}, true, 1, 1, 0, 0},
+		{10 * time.Second, antientropy.Result{PushCut: true, PushHeld: true}, false, 0, 1, 1, 0},
+		{20 * time.Second, antientropy.Result{TimedOut: "pull"}, false, 0, 1, 1, 1},
+		{25 * time.Second, antientropy.Result{PushCut: true, PushHeld: true}, false, 0, 1, 2, 1},
+		{peerErrorLogEvery, antientropy.Result{PushCut: true, PushHeld: true}, true, 3, 1, 3, 1},
+		{peerErrorLogEvery + time.Second, antientropy.Result{InSync: true}, false, 0, 1, 3, 1},
+	} {
+		var err error
+		if step.r.TimedOut != "" {
+			err = antientropy.ErrTimeout
+		}
+		warn, limited := s.record(step.r, err, t0.Add(step.at))
+		if warn != step.warn || limited != step.limited {
+			t.Errorf("round %d: warn %t covering %d, want %t covering %d", i, warn, limited, step.warn, step.limited)
+		}
+		if s.pushCut != step.cut || s.pushHeld != step.held || s.timeouts["pull"] != step.pullTimeout {
+			t.Errorf("round %d: cut %d, held %d, pull timeouts %d; want %d, %d, %d", i, s.pushCut, s.pushHeld, s.timeouts["pull"], step.cut, step.held, step.pullTimeout)
+		}
+	}
+}
