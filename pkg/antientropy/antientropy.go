@@ -19,9 +19,15 @@ var (
 	ErrBusy = errors.New("antientropy: busy")
 	// ErrTreeVersion: the peers hash their tables differently (FAILED_PRECONDITION).
 	ErrTreeVersion = errors.New("antientropy: digest tree version differs")
+	// ErrTimeout: a call of a round on the peer passed its deadline (CallTimeout, or
+	// PullTimeout for a Pull stream as a whole). The peer is frozen, cut off or
+	// hanging on purpose: the round with it ends, and waiting for it again at once
+	// (a busy peer's ErrBusy is worth a retry) would only hold the caller up.
+	ErrTimeout = errors.New("antientropy: the peer did not answer in time")
 )
 
-// Peer is the receiving side of a round: a peer's PeerService.
+// Peer is the receiving side of a round: a peer's PeerService. Every call returns
+// soon after ctx is done: the round's deadlines are its contexts.
 type Peer interface {
 	Digest(ctx context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error)
 	// Pull calls recv with each response of the stream, until the stream ends or
@@ -56,6 +62,40 @@ type Config struct {
 	// ErrBusy (the caller tries again next round). Default 2: a node restarting in a
 	// big cluster is pulled by everyone at once, and each stream scans the table.
 	MaxServing int
+
+	// The bounds of a round, as the caller (limits.go). A peer that breaks one fails
+	// that round alone: the caller's rounds with the other peers do not wait on it.
+
+	// CallTimeout bounds each Digest and each Push call, and the peer's silence in a
+	// Pull stream: its first message, and each next one (the caller's own work on a
+	// message is not counted). Default 5s: a Digest answer is at most 512 KiB and a
+	// Push or a Pull message at most MessageBytes, a fraction of a second on any
+	// link; a peer silent for longer is frozen, cut off, or hanging on purpose.
+	CallTimeout time.Duration
+	// PullTimeout bounds one Pull stream as a whole, against a peer that trickles.
+	// Default 1m: PullBytes at 1 MiB/s, a slow link's pace.
+	PullTimeout time.Duration
+	// PullBytes bounds what one round receives in Pull answers; past it the round
+	// stops pulling, pushes what it has been asked for, and ends (Result.PullCut):
+	// the next round goes on from there, since the caller's stamps then say what it
+	// got. Default 64 MiB: ~250,000 entries of 256 bytes in one round.
+	PullBytes int
+	// PushEntries and PushBytes bound what one round pushes to one peer. The peer's
+	// own rounds pull the rest (their Pull answers are bounded by MessageBytes a
+	// message and served MaxServing at a time), so a push is help, not the only way.
+	// A peer that asks for more gets this much (Result.PushCut) and is then held
+	// (Gate). Defaults 10,000 entries and 4 MiB: a gap a fast path leaves after a
+	// short outage, repaired in one round; a peer that wants the whole table of a
+	// big node (a new or wiped node, or a lying one) gets a slice of it.
+	PushEntries, PushBytes int
+	// PushHold is how long a peer that asked for more than a round pushes gets
+	// nothing pushed; it doubles with each such round in a row, up to PushHoldMax.
+	// Defaults 1m and 16m: a wiped or new node bootstraps by pulling within its
+	// --sync-timeout (30s), so after a minute it asks for little; a peer that still
+	// asks for everything is lying, and gets a slice every 16 minutes at most.
+	PushHold, PushHoldMax time.Duration
+	// Now is the clock of Gate; default time.Now.
+	Now func() time.Time
 }
 
 // Syncer runs rounds against peers and answers theirs.
@@ -78,6 +118,7 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.MaxServing <= 0 {
 		cfg.MaxServing = 2
 	}
+	cfg.defaultBounds()
 	return &Syncer{cfg: cfg, serving: make(chan struct{}, cfg.MaxServing)}, nil
 }
 
@@ -94,29 +135,45 @@ type Result struct {
 	// received, digests included (protobuf sizes, without gRPC framing).
 	DigestBytes, Bytes int
 	Duration           time.Duration
+	// PullCut: the round stopped pulling at PullBytes; the next round goes on.
+	PullCut bool
+	// Wanted: the distinct keys the peer asked for (in the leaves asked about),
+	// counted up to PushEntries+1. PushCut: it asked for more than a round pushes
+	// (PushEntries, PushBytes); it got the first of them unless PushHeld: the Gate
+	// held the round's push back, because the peer asked for too much before.
+	Wanted            int
+	PushCut, PushHeld bool
+	// TimedOut names the call that passed its deadline ("digest", "pull", "push"),
+	// with ErrTimeout; "" otherwise.
+	TimedOut string
 }
 
 // Round compares the table with p's and repairs both, as described in the package
-// documentation. It returns what was done up to an error, with the error.
-func (s *Syncer) Round(ctx context.Context, p Peer) (Result, error) {
+// documentation. It returns what was done up to an error, with the error. g is p's
+// push allowance across rounds (nil: none, every round pushes up to the bounds).
+func (s *Syncer) Round(ctx context.Context, p Peer, g *Gate) (Result, error) {
 	start := time.Now()
-	var r Result
-	leaves, err := s.walk(ctx, p, &r)
+	r := Result{}
+	rd := &round{s: s, p: p, r: &r, pushOpen: g.open(s.cfg.Now())}
+	leaves, err := s.walk(ctx, rd, &r)
 	if err == nil && len(leaves) > 0 {
-		err = s.repair(ctx, p, leaves, &r)
+		err = s.repair(ctx, rd, leaves)
+	}
+	if err == nil {
+		g.record(s.cfg.Now(), r.PushCut, s.cfg.PushHold, s.cfg.PushHoldMax)
 	}
 	r.Duration = time.Since(start)
 	return r, err
 }
 
 // walk descends the digest trees to the leaves that differ.
-func (s *Syncer) walk(ctx context.Context, p Peer, r *Result) ([]uint32, error) {
+func (s *Syncer) walk(ctx context.Context, p *round, r *Result) ([]uint32, error) {
 	root := s.cfg.Table.DigestRoot()
 	nodes := []uint32{0}
 	var mine []uint64
 	for level := 0; level < state.DigestLevels; level++ {
 		req := &fanoutv1.DigestRequest{NodeId: s.cfg.NodeID, TreeVersion: state.DigestTreeVersion, Level: uint32(level), Nodes: nodes}
-		resp, err := p.Digest(ctx, req)
+		resp, err := p.digest(ctx, req)
 		if err != nil {
 			return nil, fmt.Errorf("digest level %d: %w", level, err)
 		}
@@ -155,8 +212,9 @@ func stampSize(e *state.Entry) int { return len(e.Key) + len(e.Stamp.Origin) + 2
 func entrySize(e *state.Entry) int { return len(e.Raw) + len(e.Stamp.Origin) + 24 }
 
 // repair pulls and pushes the entries of leaves, in groups of at most MessageBytes
-// of stamps.
-func (s *Syncer) repair(ctx context.Context, p Peer, leaves []uint32, r *Result) error {
+// of stamps, until PullBytes have come in.
+func (s *Syncer) repair(ctx context.Context, p *round, leaves []uint32) error {
+	r := p.r
 	for _, group := range s.group(leaves) {
 		var set state.LeafSet
 		for _, l := range group {
@@ -169,8 +227,7 @@ func (s *Syncer) repair(ctx context.Context, p Peer, leaves []uint32, r *Result)
 		})
 		r.Bytes += proto.Size(req)
 		var want []string
-		err := p.Pull(ctx, req, func(resp *fanoutv1.PullResponse) error {
-			r.Bytes += proto.Size(resp)
+		err := p.pull(ctx, req, func(resp *fanoutv1.PullResponse) error {
 			if len(resp.GetEntries()) > 0 {
 				n, err := s.cfg.Apply(r.PeerID, resp.GetEntries())
 				r.Pulled += n
@@ -178,14 +235,17 @@ func (s *Syncer) repair(ctx context.Context, p Peer, leaves []uint32, r *Result)
 					return fmt.Errorf("from %s: %w", r.PeerID, err)
 				}
 			}
-			want = append(want, resp.GetWant()...)
+			want = p.wanted(&set, resp.GetWant(), want)
 			return nil
 		})
-		if err != nil {
+		if err != nil && !errors.Is(err, errPullCut) {
 			return fmt.Errorf("pull: %w", err)
 		}
-		if err := s.push(ctx, p, want, r); err != nil {
+		if err := s.push(ctx, p, want); err != nil {
 			return fmt.Errorf("push: %w", err)
+		}
+		if r.PullCut {
+			return nil
 		}
 	}
 	return nil
@@ -221,8 +281,14 @@ func (s *Syncer) group(leaves []uint32) [][]uint32 {
 	return append(groups, leaves[start:])
 }
 
-// push sends the caller's entries of want to p, at most MessageBytes a request.
-func (s *Syncer) push(ctx context.Context, p Peer, want []string, r *Result) error {
+// push sends the caller's entries of want to p, at most MessageBytes a request,
+// within the round's push bounds; with the Gate closed it sends nothing.
+func (s *Syncer) push(ctx context.Context, p *round, want []string) error {
+	r := p.r
+	if !p.pushOpen {
+		r.PushHeld = r.PushHeld || len(want) > 0
+		return nil
+	}
 	req := &fanoutv1.PushRequest{NodeId: s.cfg.NodeID}
 	size := 0
 	send := func() error {
@@ -230,7 +296,7 @@ func (s *Syncer) push(ctx context.Context, p Peer, want []string, r *Result) err
 			return nil
 		}
 		r.Bytes += proto.Size(req)
-		resp, err := p.Push(ctx, req)
+		resp, err := p.push(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -242,6 +308,10 @@ func (s *Syncer) push(ctx context.Context, p Peer, want []string, r *Result) err
 		e, ok := s.cfg.Table.Get([]byte(key))
 		if !ok {
 			continue // collected meanwhile
+		}
+		if !p.budget(entrySize(&e)) {
+			r.PushCut = true
+			break
 		}
 		if size > 0 && size+entrySize(&e) > s.cfg.MessageBytes {
 			if err := send(); err != nil {

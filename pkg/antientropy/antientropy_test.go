@@ -167,7 +167,7 @@ func TestRoundAgainstModel(t *testing.T) {
 			}
 			want := winners(a, b)
 			w := dial(b)
-			r, err := a.s.Round(context.Background(), w)
+			r, err := a.s.Round(context.Background(), w, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +180,7 @@ func TestRoundAgainstModel(t *testing.T) {
 			if tc.messageBytes > 0 && w.calls["pull"] < 2 {
 				t.Errorf("%d pulls with %d-byte messages: stamps were not grouped", w.calls["pull"], tc.messageBytes)
 			}
-			r2, err := a.s.Round(context.Background(), dial(b))
+			r2, err := a.s.Round(context.Background(), dial(b), nil)
 			if err != nil || !r2.InSync || r2.Pulled+r2.Pushed != 0 {
 				t.Fatalf("second round %+v, %v; want in sync", r2, err)
 			}
@@ -197,7 +197,7 @@ func TestRoundNewNode(t *testing.T) {
 	for i := range 10000 {
 		b.put(fmt.Sprintf("k%d", i), uint64(i+1), "b", i%100 == 0)
 	}
-	r, err := a.s.Round(context.Background(), dial(b))
+	r, err := a.s.Round(context.Background(), dial(b), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

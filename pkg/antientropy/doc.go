@@ -35,6 +35,32 @@
 // to size the groups and once per group, and the receiver's once per group, a bounded
 // step at a time under the table's lock.
 //
+// # Bounds
+//
+// A peer may be frozen, cut off, slow, or lying; a round with it must cost a bounded
+// time and a bounded number of bytes, and end with an error naming what it broke
+// (Config, "The bounds of a round"; limits.go):
+//
+//   - Time. Each Digest and each Push call has CallTimeout (the node's
+//     --replicate-timeout, 5s). A Pull stream may be silent for CallTimeout at most
+//     (before its first message and between two; the caller's own time on a message
+//     does not count) and last PullTimeout (1m) at most. A call past its deadline
+//     ends the round with ErrTimeout, naming the call (Result.TimedOut). A peer that
+//     answers Digest and then hangs in Pull costs its round 5s, and nothing else:
+//     the node runs each round on its own goroutine (pkg/fanout sync.go).
+//   - Bytes in. A Digest answer is 16 hashes per node asked about: the whole tree is
+//     ~600 KiB. Pull answers are at most MessageBytes a message and PullBytes (64
+//     MiB) a round; past it the round stops pulling (Result.PullCut) and the next
+//     one goes on from there.
+//   - Bytes out. A round pushes at most PushEntries (10,000) distinct keys and
+//     PushBytes (4 MiB) to a peer, each key once and only keys of the leaves asked
+//     about, however much the peer asks for. A peer that asks for more
+//     (Result.PushCut) is held by its Gate: nothing is pushed to it for PushHold
+//     (1m), doubling with each such round in a row up to PushHoldMax (16m). An
+//     honest peer that asks for the whole table (a new or wiped node) pulls it in
+//     its own rounds; a lying peer that asks for it every round gets 10,000 entries
+//     per hold, not the whole table each round.
+//
 // The package holds no connections and starts no goroutines: the node calls Round
 // on its schedule, and its PeerService calls Digest, Pull and Push.
 package antientropy

@@ -22,6 +22,7 @@ type Collector struct {
 type descs struct {
 	peers, events, queue, pendingBytes, idle, breaker, rtt, conflict, setChanges, removedDropped *prometheus.Desc
 	syncRounds, syncKeys, syncBytes, syncLast, syncDur                                           *prometheus.Desc
+	syncLimited, syncTimeouts                                                                    *prometheus.Desc
 	submitted, received, lag, ackWait, refused, versions, relayed                                *prometheus.Desc
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted                   *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                                  *prometheus.Desc
@@ -74,6 +75,12 @@ func NewCollector(n *Node) *Collector {
 		syncLast: g("fanout_sync_last_success_timestamp_seconds",
 			"When the last anti-entropy round with the peer that completed ended.", peer...),
 		syncDur: g("fanout_sync_last_duration_seconds", "How long the last completed anti-entropy round with the peer took.", peer...),
+		syncLimited: g("fanout_sync_push_limited_total",
+			"Anti-entropy rounds in which the peer asked for more than a round pushes, by what it got: cut (the first 10,000 entries "+
+				"or 4 MiB) or held (nothing: it asked for too much in a recent round, and waits out a hold of 1m, doubling to 16m).", with("reason")...),
+		syncTimeouts: g("fanout_sync_call_timeouts_total",
+			"Anti-entropy calls to the peer that passed their deadline, by call: digest, pull (silent for --replicate-timeout, "+
+				"or not ended within 1m), push. The round fails; the rounds with the other peers go on.", with("call")...),
 		submitted: g("fanout_submitted_events_total",
 			"Events the local app submitted, by outcome: accepted, stale (the node held a newer version), refused (the state table is full).", "outcome"),
 		received: g("fanout_received_events_total",
@@ -143,6 +150,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.tombBytes, d.tombsLimit, d.tombBytesLimit, d.peerWrites, d.ownOrigin} {
 		ch <- x
 	}
+	ch <- d.syncLimited
+	ch <- d.syncTimeouts
 }
 
 // Collect implements prometheus.Collector.
@@ -278,6 +287,11 @@ func (c *Collector) collectSync(ch chan<- prometheus.Metric, l *link, id string)
 	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pushed), l.addr, id, "pushed")
 	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.digestBytes), l.addr, id, "digest")
 	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.bytes), l.addr, id, "all")
+	ch <- prometheus.MustNewConstMetric(d.syncLimited, prometheus.CounterValue, float64(s.pushCut), l.addr, id, "cut")
+	ch <- prometheus.MustNewConstMetric(d.syncLimited, prometheus.CounterValue, float64(s.pushHeld), l.addr, id, "held")
+	for _, call := range syncCalls {
+		ch <- prometheus.MustNewConstMetric(d.syncTimeouts, prometheus.CounterValue, float64(s.timeouts[call]), l.addr, id, call)
+	}
 	if !s.lastSuccess.IsZero() {
 		ch <- prometheus.MustNewConstMetric(d.syncLast, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, l.addr, id)
 		ch <- prometheus.MustNewConstMetric(d.syncDur, prometheus.GaugeValue, s.lastDuration.Seconds(), l.addr, id)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -28,13 +29,15 @@ import (
 // (*peers.FakeConn) only replicates.
 type SyncPeer = antientropy.Peer
 
-// roundTimeout bounds one anti-entropy round. Two minutes: a round that repairs a
-// million keys moves a few hundred MiB; one slower than that is retried next round.
+// roundTimeout bounds one anti-entropy round as a whole, past the deadline of each
+// call in it (pkg/antientropy: a call on a silent peer ends within
+// --replicate-timeout). Two minutes: a round pulls at most 64 MiB and pushes at most
+// 4 MiB; one slower than that is retried next round.
 const roundTimeout = 2 * time.Minute
 
 // syncStats is one link's anti-entropy rounds, as this node called them.
 type syncStats struct {
-	mu                     sync.Mutex // guards everything below; the metrics collector reads under it
+	mu                     sync.Mutex // guards everything below but gate and running; the metrics collector reads under it
 	rounds, failed         uint64
 	lastSuccess            time.Time
 	lastDuration           time.Duration
@@ -43,9 +46,26 @@ type syncStats struct {
 	digestBytes, bytes     uint64
 	lastLeaves             int
 	inSync, repaired, errs uint64 // rounds by result, for metrics
+	// The bounds of a round (pkg/antientropy limits.go): rounds whose push was cut
+	// or held back, calls past their deadline by call (syncCalls), and the state of
+	// the WARN about a peer that asks for too much: at most one line per
+	// peerErrorLogEvery, with the limited rounds since the last.
+	pushCut, pushHeld uint64
+	timeouts          map[string]uint64
+	warnedAt          time.Time
+	unwarned          int
+	// gate is the peer's push allowance across rounds (its own lock).
+	gate antientropy.Gate
+	// running: a round with the peer is in flight; at most one is.
+	running atomic.Bool
 }
 
-func (s *syncStats) record(r antientropy.Result, err error, now time.Time) {
+// syncCalls are the anti-entropy calls, as Result.TimedOut names them.
+var syncCalls = []string{"digest", "pull", "push"}
+
+// record counts a round, and reports whether to log a WARN about its limited push,
+// with how many limited rounds the line covers.
+func (s *syncStats) record(r antientropy.Result, err error, now time.Time) (warn bool, limited int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rounds++
@@ -53,18 +73,37 @@ func (s *syncStats) record(r antientropy.Result, err error, now time.Time) {
 	s.pushed += uint64(r.Pushed)
 	s.digestBytes += uint64(r.DigestBytes)
 	s.bytes += uint64(r.Bytes)
+	if r.TimedOut != "" {
+		if s.timeouts == nil {
+			s.timeouts = make(map[string]uint64, len(syncCalls))
+		}
+		s.timeouts[r.TimedOut]++
+	}
+	if r.PushCut {
+		if r.PushHeld {
+			s.pushHeld++
+		} else {
+			s.pushCut++
+		}
+		s.unwarned++
+		if now.Sub(s.warnedAt) >= peerErrorLogEvery {
+			warn, limited = true, s.unwarned
+			s.warnedAt, s.unwarned = now, 0
+		}
+	}
 	switch {
 	case err != nil:
 		s.failed++
 		s.errs++
 		s.lastErr = err.Error()
-		return
+		return warn, limited
 	case r.InSync:
 		s.inSync++
 	default:
 		s.repaired++
 	}
 	s.lastErr, s.lastSuccess, s.lastDuration, s.lastLeaves = "", now, r.Duration, r.Leaves
+	return warn, limited
 }
 
 func (s *syncStats) status() *fanoutv1.SyncStatus {
@@ -140,6 +179,10 @@ func (n *Node) newSyncer() (*antientropy.Syncer, error) {
 		Apply:        n.applySync,
 		MaxKeyBytes:  n.cfg.Limits.MaxTaskIDBytes,
 		MessageBytes: n.cfg.SyncMessageBytes,
+		// A Digest, a Push or a Pull message takes no longer than a Replicate may: a
+		// peer silent for longer is frozen or cut off, and its round fails.
+		CallTimeout: n.cfg.ReplicateTimeout,
+		Now:         n.cfg.Now,
 	})
 }
 
@@ -156,9 +199,15 @@ func (n *Node) syncLinks() []*link {
 	return out
 }
 
-// antiEntropy bootstraps, then runs a round with the next peer every
+// antiEntropy bootstraps, then starts a round with the next peer every
 // AntiEntropyInterval, ±25 % so that a cluster started at once does not sync in step,
 // and one with each peer added to the set as it comes (even with the rounds off).
+//
+// Each round runs on a goroutine of its own, at most one per peer and
+// maxRoundsInFlight in all, so that a peer that hangs a call (until its deadline,
+// pkg/antientropy) holds up its own round, never the rounds with the others: the
+// tick after it starts the next peer's on time. A peer whose last round is still in
+// flight is skipped for the next in turn.
 func (n *Node) antiEntropy() {
 	n.bootstrap()
 	// With the rounds off, only new peers get one (tick stays nil).
@@ -168,15 +217,14 @@ func (n *Node) antiEntropy() {
 	if n.cfg.AntiEntropyInterval > 0 {
 		tick = timer.C
 	}
+	slots := make(chan struct{}, maxRoundsInFlight)
 	for next := 0; ; next++ {
 		select {
 		case <-tick:
 		case l := <-n.members.syncNew: // a peer just added: catch it (and us) up now
 			if !l.removing.Load() && !l.isSelf.Load() && !n.draining.Load() {
 				if _, ok := l.conn.(SyncPeer); ok {
-					if _, err := n.syncWith(l); err != nil {
-						n.log.Warn("anti-entropy round with a new peer failed; the regular rounds retry", "peer", l.addr, "err", err)
-					}
+					n.startRound(l, slots, "anti-entropy round with a new peer failed; the regular rounds retry")
 				}
 			}
 			next--
@@ -185,13 +233,46 @@ func (n *Node) antiEntropy() {
 			return
 		}
 		if links := n.syncLinks(); len(links) > 0 && !n.draining.Load() {
-			l := links[next%len(links)]
-			if _, err := n.syncWith(l); err != nil {
-				n.log.Warn("anti-entropy round failed", "peer", l.addr, "err", err)
+			for i := range links {
+				if n.startRound(links[(next+i)%len(links)], slots, "anti-entropy round failed") {
+					next += i
+					break
+				}
 			}
 		}
 		timer.Reset(jittered(n.cfg.AntiEntropyInterval))
 	}
+}
+
+// maxRoundsInFlight bounds the rounds that run at once (bootstrap's aside). Each
+// holds a goroutine and one peer's call: 8 leaves room for rounds with live peers
+// while several hung ones wait out their deadlines (5s, or a minute for a peer that
+// trickles a Pull), where one round starts every interval (30s).
+const maxRoundsInFlight = 8
+
+// startRound starts a round with l on a goroutine of its own, unless one with l is
+// in flight or slots are all taken; it reports whether it started one. A failed round
+// is logged at WARN with failed.
+func (n *Node) startRound(l *link, slots chan struct{}, failed string) bool {
+	select {
+	case slots <- struct{}{}:
+	default:
+		return false
+	}
+	if !l.sync.running.CompareAndSwap(false, true) {
+		<-slots
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() { <-slots }()
+		defer l.sync.running.Store(false)
+		if _, err := n.syncWith(l); err != nil {
+			n.log.Warn(failed, "peer", l.addr, "err", err)
+		}
+	}()
+	return true
 }
 
 func jittered(d time.Duration) time.Duration {
@@ -202,30 +283,20 @@ func jittered(d time.Duration) time.Duration {
 func (n *Node) syncWith(l *link) (antientropy.Result, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, roundTimeout)
 	defer cancel()
-	r, err := n.syncer.Round(ctx, digestBounded{l.conn.(SyncPeer), n.cfg.ReplicateTimeout})
+	r, err := n.syncer.Round(ctx, l.conn.(SyncPeer), &l.sync.gate)
 	l.learn(r.PeerID, r.PeerIncarnation) // its node id for GetStatus; this node itself is dropped
-	l.sync.record(r, err, n.cfg.Now())
+	now := n.cfg.Now()
+	if warn, limited := l.sync.record(r, err, now); warn {
+		n.log.Warn("anti-entropy: the peer asks for more than a round pushes; it gets at most 10,000 entries or 4 MiB a round, "+
+			"then nothing until a hold passes (1m, doubling to 16m while it keeps asking); its own rounds pull what it lacks",
+			"peer", l.addr, "node_id", r.PeerID, "wanted_over", r.Wanted-1, "pushed", r.Pushed, "held", r.PushHeld,
+			"held_until", l.sync.gate.ClosedUntil().UTC().Format(time.RFC3339), "limited_rounds_in_this_line", limited)
+	}
 	if err == nil && !r.InSync {
 		n.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,
 			"pulled", r.Pulled, "pushed", r.Pushed, "bytes", r.Bytes, "duration", r.Duration.String())
 	}
 	return r, err
-}
-
-// digestBounded bounds each Digest call of a round by ReplicateTimeout. A round as a
-// whole may take roundTimeout (a big Pull), but a Digest answer is at most 512 KiB: a
-// peer that gives none within the time a Replicate may take is frozen or cut off.
-// Waiting for it longer would hold up this node's rounds with every other peer, since
-// they run one at a time.
-type digestBounded struct {
-	SyncPeer
-	timeout time.Duration
-}
-
-func (p digestBounded) Digest(ctx context.Context, req *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	return p.SyncPeer.Digest(ctx, req)
 }
 
 // bootstrap runs a first round with every peer at once, and makes the node ready when
@@ -300,12 +371,25 @@ func (n *Node) bootstrap() {
 const bootstrapReachWait = 2 * time.Second
 
 // bootstrapWith syncs with l, trying again while l is busy serving other rounds (up
-// to SyncTimeout) or cannot be reached (up to bootstrapReachWait).
+// to SyncTimeout) or cannot be reached (up to bootstrapReachWait), and at once while
+// a round ends at its bound on bytes pulled having pulled something. A peer that
+// passes a call's deadline is not tried again: it is hanging, and would hold the
+// node's readiness for SyncTimeout.
 func (n *Node) bootstrapWith(l *link, start time.Time) (antientropy.Result, error) {
+	l.sync.running.Store(true) // the regular rounds skip l until this ends
+	defer l.sync.running.Store(false)
+	var total antientropy.Result
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		r, err := n.syncWith(l)
+		progress := r.Pulled > 0
+		total.Pulled += r.Pulled
+		r.Pulled = total.Pulled
 		elapsed := n.cfg.Now().Sub(start)
 		switch {
+		case err == nil && r.PullCut && progress && elapsed < n.cfg.SyncTimeout:
+			continue
+		case errors.Is(err, antientropy.ErrTimeout):
+			return r, err
 		case errors.Is(err, peers.ErrCongestion) && elapsed+wait <= n.cfg.SyncTimeout:
 		case errors.Is(err, peers.ErrNetwork) && elapsed+wait <= min(bootstrapReachWait, n.cfg.SyncTimeout):
 		default:

@@ -52,7 +52,7 @@ func BenchmarkAntiEntropyRound(b *testing.B) {
 	defer conn.Close()
 	ctx := context.Background()
 	round := func() (time.Duration, int64, int) {
-		r, err := a.syncer.Round(ctx, conn)
+		r, err := a.syncer.Round(ctx, conn, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -385,7 +385,7 @@ func syncSummary(t *testing.T, c *cluster, i int) string {
 // nameAt returns the id of the node that n reaches at addr.
 func (c *cluster) nameAt(n *node, addr string) string {
 	for i, a := range n.peers {
-		if a == addr {
+		if a == addr && i < len(c.nodes) { // a test's fake peer is not a node
 			return c.node(i).spec.ID
 		}
 	}
