@@ -147,6 +147,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 		peerCreds = peerTLS.ServerCredentials()
 		reg.MustRegister(peerTLSMetrics(peerTLS)...)
 		c.node.CallerIDs = peertls.Caller
+		c.node.ReadyCheck = peerTLS.Valid // an expired certificate: every peer refuses this node
 	}
 	c.node.Dial = func(addr string) (fanout.Replicator, error) {
 		opts := peers.Options{
@@ -186,13 +187,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	inst.wg.Add(1)
 	go func() {
 		defer inst.wg.Done()
-		select {
-		case <-node.Ready():
-			_, reason := node.Readiness()
-			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING) // no-op after Shutdown
-			c.log.Info("ready", "reason", reason)
-		case <-node.Done():
-		}
+		publishReadiness(node, inst.health, readinessPoll, c.log)
 	}()
 	if c.adminAddr != "" {
 		if err := inst.startAdmin(c.adminAddr, reg, c.log); err != nil {

@@ -110,10 +110,16 @@ func (r *readiness) get() (bool, string) {
 // SyncTimeout passed): the named health service fanout.v1.FanoutService turns SERVING.
 func (n *Node) Ready() <-chan struct{} { return n.readiness.done }
 
-// Readiness reports whether the node is ready, and why (or why not) in words.
+// Readiness reports whether the node is ready, and why (or why not) in words: not
+// while it drains, nor while Config.ReadyCheck fails, nor before its bootstrap ends.
 func (n *Node) Readiness() (bool, string) {
 	if n.draining.Load() {
 		return false, "draining: shutting down"
+	}
+	if check := n.cfg.ReadyCheck; check != nil {
+		if err := check(); err != nil {
+			return false, "not ready: " + err.Error()
+		}
 	}
 	return n.readiness.get()
 }
