@@ -296,10 +296,10 @@ func (s *Source) take(raw [3][]byte) (*material, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.checkOwn(m); err != nil {
+	if err := validNow(m, s.cfg.Files.Cert, s.cfg.Now()); err != nil {
 		return nil, err
 	}
-	if err := validNow(m, s.cfg.Files.Cert, s.cfg.Now()); err != nil {
+	if err := s.cfg.checkOwn(m); err != nil {
 		return nil, err
 	}
 	s.cur.Store(m)
