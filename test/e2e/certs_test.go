@@ -179,6 +179,63 @@ func TestPeerTLSExpiredAtStart(t *testing.T) {
 	t.Logf("C ready %s after its start, once its certificate was renewed", ms(took))
 }
 
+// TestPeerTLSExpiresWhileRunning: C's certificate is rotated to one that expires a
+// few seconds later. C takes it (it is valid then), and when it expires C turns not
+// ready with the reason, however it is asked; a renewed certificate makes it ready
+// again, and every node converges.
+func TestPeerTLSExpiresWhileRunning(t *testing.T) {
+	ca, dirs, ss := tlsCluster(t, 3, "--anti-entropy-interval=2s", "--breaker-open=500ms", "--network-failure-retry-delay=200ms")
+	c := startCluster(t, ss...)
+	cn := c.node(2)
+	cv := watch(t, c)
+	l := newLedger()
+	// Certificates count in whole seconds; 8s leaves the reload (every second) time
+	// to take it while it is still valid, on a busy machine too.
+	notAfter := time.Now().Add(8 * time.Second).Truncate(time.Second)
+	testpki.Must(ca.Write(dirs[2], testpki.Leaf{DNSNames: []string{"C.fanout.test"}, NotAfter: notAfter}, ca))
+	eventually(t, 10*time.Second, "C takes the short-lived certificate", func() error {
+		if got := mustMetric(t, cn, "fanout_peer_tls_cert_expiry_timestamp_seconds"); got != float64(notAfter.Unix()) {
+			return fmt.Errorf("fanout_peer_tls_cert_expiry_timestamp_seconds %v, want %d", got, notAfter.Unix())
+		}
+		return nil
+	})
+	if ok, reason, err := cn.readiness(); !ok || err != nil {
+		t.Fatalf("C before its certificate expires: ready %t, %q (%v)", ok, reason, err)
+	}
+	<-time.After(time.Until(notAfter)) // the fault: the certificate's expiry
+	eventually(t, readyTimeout, "C's readiness service NOT_SERVING once its certificate expired", func() error {
+		if st, err := cn.healthOf(readinessService); err != nil || st != healthpb.HealthCheckResponse_NOT_SERVING {
+			return fmt.Errorf("health %s (%v)", st, err)
+		}
+		return nil
+	})
+	notReadyAfter := time.Since(notAfter)
+	ok, reason, err := cn.readiness()
+	if err != nil || ok || !strings.Contains(reason, "expired at") {
+		t.Errorf("C's GetStatus after its certificate expired: ready %t, %q (%v)", ok, reason, err)
+	}
+	if code, body := readyz(t, cn); code != http.StatusServiceUnavailable || !strings.Contains(body, "expired at") {
+		t.Errorf("C's /readyz: %d %q, want 503 saying its certificate expired", code, body)
+	}
+	if v := mustMetric(t, cn, "fanout_ready"); v != 0 {
+		t.Errorf("C's fanout_ready %v, want 0", v)
+	}
+	if recs := logRecords(cn, "not ready"); len(recs) != 1 || recs[0]["level"] != "WARN" || !strings.Contains(fmt.Sprint(recs[0]["reason"]), "expired at") {
+		t.Errorf("C's log: %v; want one WARN \"not ready\" saying its certificate expired", recs)
+	}
+
+	testpki.Must(ca.Write(dirs[2], leafFor("C"), ca))
+	renewed := time.Now()
+	cn.waitServing(readinessService)
+	readyIn := time.Since(renewed)
+	for i := range 3 {
+		submit(t, c, i, changes("expiring/"+c.node(i).spec.ID+"/", "v1", 300, 100), l)
+	}
+	cv.wait(convergeTimeout, l, 0, 1, 2)
+	t.Logf("C not ready %s after its certificate expired (%q); ready again %s after the renewal was written",
+		ms(notReadyAfter), reason, ms(readyIn))
+}
+
 // readyz returns the status code and body of n's /readyz.
 func readyz(t *testing.T, n *node) (int, string) {
 	t.Helper()

@@ -124,7 +124,8 @@ func TestSigtermRightAfterStart(t *testing.T) {
 			n.launch()
 			pid := n.cmd.Process.Pid
 			// Polled every millisecond: the point is when the signal lands.
-			for own := time.Duration(0); own < signalAfterStart; {
+			var own time.Duration
+			for own < signalAfterStart {
 				var err error
 				if own, err = ownTime(pid, n.launched); err != nil {
 					t.Fatal(err)
@@ -136,7 +137,6 @@ func TestSigtermRightAfterStart(t *testing.T) {
 			}
 			sent := time.Now()
 			n.signal(syscall.SIGTERM)
-			own, _ := ownTime(pid, n.launched)
 			st, err := n.wait(exitTimeout)
 			if err != nil {
 				t.Fatal(err)
