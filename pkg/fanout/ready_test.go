@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,23 +156,21 @@ func TestSnapshotWaitsForBootstrap(t *testing.T) {
 }
 
 // TestReadyCheck: while Config.ReadyCheck fails the node is not ready, with its error
-// as the reason, in Readiness and GetStatus; once it passes, bootstrap decides again.
+// as the reason, in Readiness and GetStatus, and its bootstrap waits (even with no
+// peers to sync with); once the check passes, the bootstrap runs and decides.
 func TestReadyCheck(t *testing.T) {
-	var failing = make(chan error, 1)
-	failing <- errors.New("certificate x expired")
-	check := func() error {
-		select {
-		case err := <-failing:
-			failing <- err
-			return err
-		default:
-			return nil
-		}
-	}
+	var failing atomic.Bool
+	var calls atomic.Int32
+	failing.Store(true)
 	cfg := testConfig("a")
-	cfg.ReadyCheck = check
+	cfg.ReadyCheck = func() error {
+		calls.Add(1)
+		if failing.Load() {
+			return errors.New("certificate x expired")
+		}
+		return nil
+	}
 	tn := startTestNode(t, cfg)
-	<-tn.node.Ready() // no peers: the bootstrap ends at once
 	st, err := tn.app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +178,23 @@ func TestReadyCheck(t *testing.T) {
 	if st.GetReady() || st.GetReadyReason() != "not ready: certificate x expired" {
 		t.Errorf("GetStatus with the check failing: ready %t, reason %q", st.GetReady(), st.GetReadyReason())
 	}
-	<-failing
+	// GetStatus asked once; the bootstrap has asked at least twice, so it has waited
+	// a retry.
+	waitFor(t, "the bootstrap to ask the check again", func() bool { return calls.Load() >= 3 })
+	select {
+	case <-tn.node.Ready():
+		t.Fatal("the bootstrap ended while the check failed")
+	default:
+	}
+	failing.Store(false)
+	waitFor(t, "the bootstrap to end once the check passes", func() bool {
+		select {
+		case <-tn.node.Ready():
+			return true
+		default:
+			return false
+		}
+	})
 	if ok, reason := tn.node.Readiness(); !ok || reason != "ready: no peers to sync with" {
 		t.Errorf("with the check passing: ready %t, %q", ok, reason)
 	}

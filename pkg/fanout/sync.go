@@ -152,6 +152,9 @@ func (n *Node) syncLinks() []*link {
 // AntiEntropyInterval, ±25 % so that a cluster started at once does not sync in step,
 // and one with each peer added to the set as it comes (even with the rounds off).
 func (n *Node) antiEntropy() {
+	if !n.awaitReadyCheck() {
+		return
+	}
 	n.bootstrap()
 	// With the rounds off, only new peers get one (tick stays nil).
 	var tick <-chan time.Time
@@ -218,6 +221,39 @@ func (p digestBounded) Digest(ctx context.Context, req *fanoutv1.DigestRequest) 
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	return p.SyncPeer.Digest(ctx, req)
+}
+
+// readyCheckRetry is how often a starting node whose Config.ReadyCheck fails asks it
+// again before its bootstrap: a second, the pace at which the peer TLS files are read
+// again.
+const readyCheckRetry = time.Second
+
+// awaitReadyCheck holds the bootstrap back while Config.ReadyCheck fails: a node
+// whose own certificate every peer refuses would find every peer unreachable, end its
+// bootstrap at once and, once its certificate is renewed, be ready with a table it
+// never synced. It returns false if the node closed first.
+func (n *Node) awaitReadyCheck() bool {
+	check := n.cfg.ReadyCheck
+	if check == nil {
+		return true
+	}
+	t := time.NewTicker(readyCheckRetry)
+	defer t.Stop()
+	for logged := false; ; {
+		err := check()
+		if err == nil {
+			return true
+		}
+		if !logged {
+			n.log.Warn("bootstrap waits until this node can be ready", "reason", err.Error())
+			logged = true
+		}
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			return false
+		}
+	}
 }
 
 // bootstrap runs a first round with every peer at once, and makes the node ready when

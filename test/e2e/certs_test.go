@@ -106,9 +106,9 @@ func testReloadRefused(t *testing.T, rotate func(ca *testpki.CA, dir string), wa
 
 // TestPeerTLSExpiredAtStart: C starts with an expired certificate. It is live, but
 // not ready, with the reason, however it is asked (GetStatus, /readyz, the readiness
-// health service, fanout_ready), also after its bootstrap ended; its peers refuse it.
-// A renewed certificate written to its files is taken, C turns ready and every node
-// converges.
+// health service, fanout_ready); its peers refuse it, and its bootstrap waits rather
+// than find every peer unreachable. A renewed certificate written to its files is
+// taken, C bootstraps with both peers and turns ready, and every node converges.
 func TestPeerTLSExpiredAtStart(t *testing.T) {
 	ca, dirs, ss := tlsCluster(t, 3, "--anti-entropy-interval=2s", "--breaker-open=500ms", "--network-failure-retry-delay=200ms")
 	testpki.Must(ca.Write(dirs[2], expiredLeaf("C"), ca))
@@ -120,10 +120,10 @@ func TestPeerTLSExpiredAtStart(t *testing.T) {
 	b.waitReady()
 	cn.launch()
 	cn.waitServing("")
-	// Its bootstrap ends (its peers refuse its handshakes), and it stays not ready.
-	eventually(t, readyTimeout, "C's bootstrap ends, and C says it is not ready", func() error {
-		if len(logRecords(cn, "not ready")) == 0 {
-			return fmt.Errorf("no \"not ready\" line in C's log yet")
+	// Its bootstrap waits: every peer would refuse its handshakes.
+	eventually(t, readyTimeout, "C's bootstrap to wait for a valid certificate", func() error {
+		if len(logRecords(cn, "bootstrap waits until this node can be ready")) == 0 {
+			return fmt.Errorf("no such line in C's log yet")
 		}
 		return nil
 	})
@@ -158,11 +158,11 @@ func TestPeerTLSExpiredAtStart(t *testing.T) {
 	}
 	t.Logf("C with an expired certificate: not ready (%q); A's view of C: %v", reason, p.GetLastError())
 
-	// Renewed: taken, ready, and everything reaches C.
+	// Renewed: taken, then the bootstrap runs (with both peers), and C is ready.
 	testpki.Must(ca.Write(dirs[2], leafFor("C"), ca))
 	took := cn.waitServing(readinessService)
-	if ok, reason, err := cn.readiness(); !ok || err != nil || strings.Contains(reason, "certificate") {
-		t.Errorf("C after the renewal: ready %t, %q (%v)", ok, reason, err)
+	if ok, reason, err := cn.readiness(); !ok || err != nil || !strings.Contains(reason, "synced with 2 of 2 peers") {
+		t.Errorf("C after the renewal: ready %t, %q (%v); want ready, synced with 2 of 2 peers", ok, reason, err)
 	}
 	if got := mustMetric(t, cn, "fanout_peer_tls_reloads_total"); got != 1 {
 		t.Errorf("C's fanout_peer_tls_reloads_total %v after the renewal, want 1", got)
