@@ -615,7 +615,8 @@ type SubscribeRequest struct {
 	// GetStatus ready is false, ready_reason "syncing with N peers"). Its table is
 	// half-synced then: keys missing, or older than the app saw before the node
 	// restarted. So the snapshot waits until the bootstrap has ended (the node's
-	// --sync-timeout bounds it, 30s by default) before it lists anything: an app that
+	// --sync-timeout bounds it, 30s by default; a node started with an expired peer
+	// certificate bootstraps once it is renewed) before it lists anything: an app that
 	// rebuilds its cache from the snapshot, as an informer does, never sees a key go
 	// backwards or vanish. The call's deadline bounds the wait (DEADLINE_EXCEEDED; the
 	// stream counts in GetStatus subscribers meanwhile). allow_unsynced skips it. Once
