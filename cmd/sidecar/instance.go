@@ -149,6 +149,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 		peerCreds = peerTLS.ServerCredentials()
 		reg.MustRegister(peerTLSMetrics(peerTLS)...)
 		c.node.CallerIDs = peertls.Caller
+		c.node.ReadyCheck = peerTLS.Valid // an expired certificate: every peer refuses this node
 	}
 	c.node.Dial = func(addr string) (fanout.Replicator, error) {
 		opts := peers.Options{
@@ -188,7 +189,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 	inst.wg.Add(1)
 	go func() {
 		defer inst.wg.Done()
-		inst.followReadiness(node)
+		publishReadiness(node, inst.health, readinessPoll, c.log)
 	}()
 	if c.adminAddr != "" {
 		if err := inst.startAdmin(c.adminAddr, reg, c.log); err != nil {
@@ -216,33 +217,6 @@ func startInstance(c instanceConfig) (*instance, error) {
 			"identities", peerTLS.Identities(), "cert_not_after", peerTLS.NotAfter())
 	}
 	return inst, nil
-}
-
-// followReadiness sets the readiness service from node.Readiness: once the node is
-// ready, and again each time it changes (a data dir whose commits fail, then work),
-// until the node stops. SetServingStatus is a no-op after health.Shutdown.
-func (inst *instance) followReadiness(node *fanout.Node) {
-	select {
-	case <-node.Ready():
-	case <-node.Done():
-		return
-	}
-	for {
-		changed := node.ReadinessChanged() // before Readiness: a change after it closes this
-		ready, reason := node.Readiness()
-		if ready {
-			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING)
-			inst.log.Info("ready", "reason", reason)
-		} else {
-			inst.health.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
-			inst.log.Warn("not ready", "reason", reason)
-		}
-		select {
-		case <-changed:
-		case <-node.Done():
-			return
-		}
-	}
 }
 
 // openStore opens --data-dir and reconciles the node id with the one saved there:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -76,23 +77,23 @@ func exposed(addr string) bool {
 }
 
 // openPeerTLS opens the peer TLS files, if any were given (nil, nil if none), and
-// checks that nodeID is among the certificate's identities: the node's peers will
-// take its events only under those.
+// checks them as every reload will (peertls, "Checks"): nodeID among the
+// certificate's identities (the node's peers will take its events only under those),
+// and the certificate chaining to the CA bundle. An expired certificate is not an
+// error here: the node starts, not ready, until a renewed one is written.
 func (o securityOptions) openPeerTLS(nodeID string, log *slog.Logger) (*peertls.Source, error) {
 	f := o.peerTLS
 	if f == (peertls.Files{}) {
 		return nil, nil
 	}
-	src, err := peertls.Open(peertls.Config{Files: f, Logger: log.With("component", "peer-tls")})
-	if err != nil {
+	src, err := peertls.Open(peertls.Config{Files: f, NodeID: nodeID, Logger: log.With("component", "peer-tls")})
+	var wrong *peertls.WrongNodeError
+	switch {
+	case errors.As(err, &wrong):
+		return nil, fmt.Errorf("--peer-tls-cert: %w: peers would refuse its events; issue the certificate for %s.<your domain>, or start with --node-id %s",
+			err, nodeID, wrong.IDs[0])
+	case err != nil:
 		return nil, fmt.Errorf("--peer-tls-cert, --peer-tls-key, --peer-tls-ca: %w", err)
-	}
-	if !src.Has(nodeID) {
-		ids := src.Identities()
-		src.Close()
-		return nil, fmt.Errorf("--peer-tls-cert names node %s (the first label of its DNS names), not this node's id %q: "+
-			"peers would refuse its events; issue the certificate for %s.<your domain>, or start with --node-id %s",
-			strings.Join(ids, " or "), nodeID, nodeID, ids[0])
 	}
 	return src, nil
 }
@@ -105,7 +106,7 @@ func peerTLSMetrics(src *peertls.Source) []prometheus.Collector {
 			Help: "Times the peer TLS files changed and the new certificate, key and CA bundle were taken."},
 			func() float64 { return float64(src.Reloads()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fanout_peer_tls_reload_failures_total",
-			Help: "Readings of changed peer TLS files that were unusable (the previous ones stayed in use)."},
+			Help: "Changed peer TLS files refused (unreadable, a key that does not match, another node's certificate, one that does not chain to the CA bundle, or expired): the previous ones stayed in use. Each distinct reading and reason counts once."},
 			func() float64 { return float64(src.Failures()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fanout_peer_tls_cert_expiry_timestamp_seconds",
 			Help: "When the peer certificate in use expires (Unix seconds)."},

@@ -107,6 +107,14 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the sidecar",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// SIGTERM and SIGINT are caught before anything else: a signal that comes
+			// while the node starts (a data dir to load, a DNS server that does not
+			// answer) ends it cleanly, with exit code 0, once the start-up is done or
+			// cut short. Before this line Go's default applies (killed by the signal),
+			// which leaves only the runtime's and the packages' initialisation, a few
+			// milliseconds.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
 			if o.dataDir != "" && !cmd.Flags().Changed("gomaxprocs") {
 				// The store's flushes and compactions need a thread beside the serving
 				// path: on one, they took turns with it (p99 at 10,000/s 216 ms → 14 ms).
@@ -124,8 +132,6 @@ func newServeCmd() *cobra.Command {
 			}
 			o.memoryNote = note
 			o.nodeIDGiven = cmd.Flags().Changed("node-id")
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			return runServe(ctx, o)
 		},
 	}
@@ -162,6 +168,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log.Info("starting", "version", buildInfo().version, "pid", os.Getpid()) // signals are caught from here on
 	if o.memoryNote != "" {
 		log.Info(o.memoryNote)
 	}

@@ -46,6 +46,8 @@ then each change as it arrives, one line each:
 The first number is the node's revision of the change. To resume after an interruption
 without a new snapshot, pass the last one seen as --from-revision. Payloads print as
 text when they are printable UTF-8, else as base64:…, cut to 60 characters unless --full.
+On a node that has just started, the snapshot waits until the node has synced with its
+peers (at most its --sync-timeout): it is never a half-synced table.
 
 Live changes are the ones that peers sent; --include-own adds the ones submitted to
 this node. --json prints one protojson Entry per line, and {"snapshotComplete":true}

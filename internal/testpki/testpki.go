@@ -24,7 +24,8 @@ type CA struct {
 	PEM  []byte
 }
 
-// NewCA makes a self-signed CA valid from an hour ago for a day.
+// NewCA makes a self-signed CA valid from a week ago for a day more: as a real CA, it
+// was there before the certificates it signs, expired ones included.
 func NewCA(name string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -34,7 +35,7 @@ func NewCA(name string) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
+		NotBefore:             now.Add(-7 * 24 * time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,

@@ -83,6 +83,13 @@ type Config struct {
 	// caller's identities is refused (PERMISSION_DENIED): a peer writes only as
 	// itself. nil: peers are not authenticated (plaintext), and every origin is taken.
 	CallerIDs func(ctx context.Context) (ids []string, ok bool)
+	// ReadyCheck, if set, is asked at every readiness check (Readiness, GetStatus,
+	// /readyz, fanout_ready): while it returns an error the node is not ready, with
+	// the error as the reason. The bootstrap also waits for it to pass (asked every
+	// second): the peers could not be reached before. The sidecar checks its peer
+	// certificate with it: every peer refuses an expired one. It must be quick and
+	// safe for concurrent use. nil: bootstrap and draining alone decide.
+	ReadyCheck func() error
 	// State bounds the state table (state.DefaultConfig gives the reasons).
 	// FirstRevision and Collected are set by the Node.
 	State state.Config

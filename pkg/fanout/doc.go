@@ -69,7 +69,11 @@
 // sees each key once at its latest, costs no memory, and never blocks a writer or
 // another reader. Its messages stay under max_batch_bytes. A stream that falls behind
 // the tombstone horizon (it could miss a deletion) ends with OUT_OF_RANGE, and so does
-// a from_revision below it: the client subscribes again with a snapshot.
+// a from_revision below it: the client subscribes again with a snapshot. A snapshot
+// waits until the node's bootstrap has ended (Ready), unless the request sets
+// allow_unsynced: before, the table is half-synced, and an app that rebuilds its
+// cache from the snapshot (an informer) would see keys vanish or go back to older
+// versions than it saw before the node restarted.
 //
 // Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: before its
 // events are offered, the ackLedger registers one waiter per (peer, task_id) and the

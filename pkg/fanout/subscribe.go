@@ -38,9 +38,21 @@ const (
 // of each key, not its history, and holds nothing up. send gets a frame it may not
 // keep. It returns when ctx ends (ctx.Err()), the node closes (ErrClosed), send fails,
 // or the stream falls behind the tombstone horizon (ErrCompacted).
+//
+// A snapshot waits, before it reads anything, until the node's bootstrap has ended
+// (Ready), unless the request sets allow_unsynced: the table is half-synced before,
+// and an app that builds its cache from the snapshot would see keys vanish or go
+// back to older versions than it saw before the node restarted.
 func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, send func(*peers.Frame) error) error {
 	if err := n.validateSubscribe(req); err != nil {
 		return err
+	}
+	n.subscribers.Add(1) // an open stream, waiting for the bootstrap or not
+	defer n.subscribers.Add(-1)
+	if req.GetSnapshot() && !req.GetAllowUnsynced() {
+		if err := n.waitBootstrap(ctx); err != nil {
+			return err
+		}
 	}
 	if from := req.GetFromRevision(); from != 0 {
 		if err := n.table.CheckResume(from); err != nil {
@@ -49,11 +61,9 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	}
 	w := n.newWatch(req, send)
 	// The catch-up part (a snapshot, or the changes since from_revision) ends at the
-	// revision of now; the live part follows from there. The stream counts as open
-	// from here: every change after this point reaches it.
+	// revision of now; the live part follows from there: every change after this
+	// point reaches the stream.
 	upTo := n.table.Revision()
-	n.subscribers.Add(1)
-	defer n.subscribers.Add(-1)
 	switch {
 	case req.GetSnapshot():
 		s := w.scanFrom(0, upTo, false, w.keepPrefix)
@@ -76,6 +86,21 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	}
 	live := w.scanFrom(upTo, 0, true, keep)
 	return w.follow(ctx, &live)
+}
+
+// waitBootstrap waits until the node's bootstrap has ended (Ready), ctx ends (its
+// error, saying what the stream waited for) or the node closes (ErrClosed).
+func (n *Node) waitBootstrap(ctx context.Context) error {
+	select {
+	case <-n.Ready():
+		return nil
+	case <-ctx.Done():
+		_, reason := n.readiness.get()
+		return fmt.Errorf("fanout: a snapshot waits until this node has synced with its peers (%s), and the call ended first "+
+			"(set allow_unsynced to read the table as it is): %w", reason, ctx.Err())
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
 }
 
 func (n *Node) validateSubscribe(req *fanoutv1.SubscribeRequest) error {

@@ -149,7 +149,9 @@ func (r *readiness) get() (bool, string) {
 // SyncTimeout passed): the named health service fanout.v1.FanoutService turns SERVING.
 func (n *Node) Ready() <-chan struct{} { return n.readiness.done }
 
-// Readiness reports whether the node is ready, and why (or why not) in words.
+// Readiness reports whether the node is ready, and why (or why not) in words: not
+// while it drains, nor while its data dir refuses commits, nor while Config.ReadyCheck
+// fails, nor before its bootstrap ends.
 func (n *Node) Readiness() (bool, string) {
 	if n.draining.Load() {
 		return false, "draining: shutting down"
@@ -157,6 +159,11 @@ func (n *Node) Readiness() (bool, string) {
 	if n.persist != nil {
 		if ok, reason := n.persist.fault(); !ok {
 			return false, reason
+		}
+	}
+	if check := n.cfg.ReadyCheck; check != nil {
+		if err := check(); err != nil {
+			return false, "not ready: " + err.Error()
 		}
 	}
 	return n.readiness.get()
@@ -209,6 +216,9 @@ func (n *Node) syncLinks() []*link {
 // tick after it starts the next peer's on time. A peer whose last round is still in
 // flight is skipped for the next in turn.
 func (n *Node) antiEntropy() {
+	if !n.awaitReadyCheck() {
+		return
+	}
 	n.bootstrap()
 	// With the rounds off, only new peers get one (tick stays nil).
 	var tick <-chan time.Time
@@ -297,6 +307,39 @@ func (n *Node) syncWith(l *link) (antientropy.Result, error) {
 			"pulled", r.Pulled, "pushed", r.Pushed, "bytes", r.Bytes, "duration", r.Duration.String())
 	}
 	return r, err
+}
+
+// readyCheckRetry is how often a starting node whose Config.ReadyCheck fails asks it
+// again before its bootstrap: a second, the pace at which the peer TLS files are read
+// again.
+const readyCheckRetry = time.Second
+
+// awaitReadyCheck holds the bootstrap back while Config.ReadyCheck fails: a node
+// whose own certificate every peer refuses would find every peer unreachable, end its
+// bootstrap at once and, once its certificate is renewed, be ready with a table it
+// never synced. It returns false if the node closed first.
+func (n *Node) awaitReadyCheck() bool {
+	check := n.cfg.ReadyCheck
+	if check == nil {
+		return true
+	}
+	t := time.NewTicker(readyCheckRetry)
+	defer t.Stop()
+	for logged := false; ; {
+		err := check()
+		if err == nil {
+			return true
+		}
+		if !logged {
+			n.log.Warn("bootstrap waits until this node can be ready", "reason", err.Error())
+			logged = true
+		}
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			return false
+		}
+	}
 }
 
 // bootstrap runs a first round with every peer at once, and makes the node ready when

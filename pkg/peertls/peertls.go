@@ -13,14 +13,31 @@
 // is not among its certificate's identities, and a Replicate whose origin_node is not
 // among its caller's is refused (package fanout).
 //
+// # Checks
+//
+// The node's own material must pass the checks its peers will make of it, and the same
+// ones at Open and at every reload (check.go):
+//
+//  1. the certificate and its key parse and match;
+//  2. the certificate names the node (Config.NodeID among its identities);
+//  3. it chains to the CA bundle read with it, for both server and client auth;
+//  4. it is valid now (not expired, not before its NotBefore).
+//
+// At Open, failing 1 to 3 is an error: the node does not start. Failing 4 is not: the
+// Source opens, Valid says why the certificate is unusable, and the node reports not
+// ready until a valid certificate is written (cert-manager may be about to renew it).
+// Valid is read again at every readiness check, so a certificate that expires while
+// the node runs makes it not ready too.
+//
 // # Rotation
 //
 // A Source reads the three PEM files at Open and again every Interval. A change that
-// parses and whose key matches its certificate replaces the material for the next
-// handshakes; one that does not (a half-written rotation) is logged and the old
-// material stays until the files are whole again. Established connections are never
-// closed: a connection is authenticated once, at its handshake, as in every TLS
-// server.
+// passes every check replaces the material for the next handshakes. One that does not
+// (a half-written rotation, an expired certificate, one for another node or from
+// another CA) is refused: the old material stays, Failures counts the refused reading
+// and a WARN says why, once per distinct reading and reason, until the files pass.
+// Established connections are never closed: a connection is authenticated once, at
+// its handshake, as in every TLS server.
 package peertls
 
 import (
@@ -53,6 +70,9 @@ type Files struct {
 // Config configures a Source.
 type Config struct {
 	Files Files
+	// NodeID, if set, must be among the certificate's identities, at Open and at
+	// every reload. "": not checked (a client that is not a node, such as a test's).
+	NodeID string
 	// Interval is how often the files are read again. 0 means DefaultInterval.
 	Interval time.Duration
 	// Logger receives the reloads and the failed reads. nil discards.
@@ -80,6 +100,7 @@ type Source struct {
 	cur atomic.Pointer[material]
 
 	reloads, failures atomic.Uint64
+	readings          atomic.Uint64 // reloads attempted, for tests: every Interval
 
 	stop chan struct{}
 	done chan struct{}
@@ -102,12 +123,22 @@ func Open(cfg Config) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := load(cfg.Files)
+	raw, err := cfg.Files.read()
 	if err != nil {
+		return nil, err
+	}
+	m, err := parse(cfg.Files, raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.checkOwn(m); err != nil {
 		return nil, err
 	}
 	s := &Source{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	s.cur.Store(m)
+	if err := s.Valid(); err != nil {
+		log.Warn("peer TLS certificate unusable now; this node is not ready until a valid one is written", "err", err.Error())
+	}
 	go s.run()
 	return s, nil
 }
@@ -125,17 +156,17 @@ func (f Files) check() error {
 	return nil
 }
 
-// load reads the three files and checks that they make a usable identity.
-func load(f Files) (*material, error) {
+// read reads the three files: certificate, key, CA bundle.
+func (f Files) read() ([3][]byte, error) {
 	var raw [3][]byte
 	for i, p := range []string{f.Cert, f.Key, f.CA} {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, err
+			return raw, err
 		}
 		raw[i] = b
 	}
-	return parse(f, raw)
+	return raw, nil
 }
 
 func parse(f Files, raw [3][]byte) (*material, error) {
@@ -183,58 +214,97 @@ func (s *Source) Has(id string) bool { return slices.Contains(s.Identities(), id
 // NotAfter is when the current certificate expires.
 func (s *Source) NotAfter() time.Time { return s.cur.Load().cert.Leaf.NotAfter }
 
-// Reloads and Failures count the material's changes and the readings that failed.
+// Reloads counts the material's changes; Failures the refused readings, each
+// distinct reading and reason once (a file that stays broken counts once, not every
+// Interval).
 func (s *Source) Reloads() uint64  { return s.reloads.Load() }
 func (s *Source) Failures() uint64 { return s.failures.Load() }
+
+// Valid reports whether the certificate in use is valid now, and if not, why: every
+// peer refuses an expired certificate (or one not valid yet), so the node is not
+// ready while it holds one.
+func (s *Source) Valid() error { return validNow(s.cur.Load(), s.cfg.Files.Cert, s.cfg.Now()) }
 
 func (s *Source) run() {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	var lastErr string
+	var last refusal // owned by this goroutine
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
-		changed, err := s.reload()
-		switch {
-		case err != nil:
-			s.failures.Add(1)
-			if msg := err.Error(); msg != lastErr { // once per distinct failure
-				s.log.Warn("peer TLS files unusable; keeping the previous certificate", "err", msg)
-				lastErr = msg
-			}
-		case changed:
-			lastErr = ""
-			m := s.cur.Load()
-			s.log.Info("peer TLS reloaded", "identities", m.ids, "not_after", m.cert.Leaf.NotAfter)
-		}
+		s.reload(&last)
 	}
 }
 
-// reload reads the files and, if they changed and are usable, takes them.
-func (s *Source) reload() (bool, error) {
-	var raw [3][]byte
-	for i, p := range []string{s.cfg.Files.Cert, s.cfg.Files.Key, s.cfg.Files.CA} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return false, err
+// refusal is the last reading the Source refused and why; the same reading refused
+// for the same reason again is neither counted nor logged again.
+type refusal struct {
+	raw    [3][]byte
+	reason string // the error's text; for a *NotValidError, whose text tells the time, its kind
+}
+
+func newRefusal(raw [3][]byte, err error) refusal {
+	var nv *NotValidError
+	if errors.As(err, &nv) {
+		return refusal{raw: raw, reason: "not valid now"}
+	}
+	return refusal{raw: raw, reason: err.Error()}
+}
+
+func (r refusal) same(o refusal) bool { return r.reason == o.reason && sameRaw(r.raw, o.raw) }
+
+func sameRaw(a, b [3][]byte) bool {
+	return bytes.Equal(a[0], b[0]) && bytes.Equal(a[1], b[1]) && bytes.Equal(a[2], b[2])
+}
+
+// reload reads the files and, if they changed and pass every check, takes them; if
+// they fail one, it keeps the material in use, and counts and logs the refusal once.
+func (s *Source) reload(last *refusal) {
+	defer s.readings.Add(1)
+	raw, err := s.cfg.Files.read()
+	if err == nil {
+		if sameRaw(raw, s.cur.Load().raw) {
+			*last = refusal{}
+			return
 		}
-		raw[i] = b
+		var m *material
+		if m, err = s.take(raw); err == nil {
+			*last = refusal{}
+			s.log.Info("peer TLS reloaded", "identities", m.ids, "not_after", m.cert.Leaf.NotAfter)
+			return
+		}
 	}
-	old := s.cur.Load()
-	if bytes.Equal(raw[0], old.raw[0]) && bytes.Equal(raw[1], old.raw[1]) && bytes.Equal(raw[2], old.raw[2]) {
-		return false, nil
+	r := newRefusal(raw, err)
+	if r.same(*last) {
+		return
 	}
+	*last = r
+	s.failures.Add(1)
+	cur := s.cur.Load()
+	s.log.Warn("peer TLS files refused; keeping the certificate in use", "err", err.Error(),
+		"identities", cur.ids, "not_after", cur.cert.Leaf.NotAfter)
+}
+
+// take checks raw as Open does, and also that its certificate is valid now (a node
+// never swaps a usable certificate for one its peers refuse), and makes it current.
+func (s *Source) take(raw [3][]byte) (*material, error) {
 	m, err := parse(s.cfg.Files, raw)
 	if err != nil {
-		return false, err
+		return nil, err
+	}
+	if err := validNow(m, s.cfg.Files.Cert, s.cfg.Now()); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.checkOwn(m); err != nil {
+		return nil, err
 	}
 	s.cur.Store(m)
 	s.reloads.Add(1)
-	return true, nil
+	return m, nil
 }
 
 // Close stops the reloading. It is safe to call more than once.

@@ -49,12 +49,14 @@ type subOpts struct {
 	includeOwn    bool   // the node's own writes in the live part
 	maxBatch      uint32 // entries per response; 0 or 1: one
 	maxBatchBytes uint32 // bytes per response; 0: the node's default (1 MiB)
+	allowUnsynced bool   // a snapshot at once, even while the node bootstraps
 }
 
 func (o subOpts) request() *fanoutv1.SubscribeRequest {
 	return &fanoutv1.SubscribeRequest{
 		TaskIdPrefix: o.prefix, Snapshot: o.snapshot, FromRevision: o.fromRevision,
 		IncludeOwn: o.includeOwn, MaxBatch: o.maxBatch, MaxBatchBytes: o.maxBatchBytes,
+		AllowUnsynced: o.allowUnsynced,
 	}
 }
 
@@ -74,6 +76,9 @@ func (o subOpts) String() string {
 	}
 	if o.maxBatchBytes > 0 {
 		s += fmt.Sprintf(", at most %d bytes", o.maxBatchBytes)
+	}
+	if o.allowUnsynced {
+		s += ", unsynced"
 	}
 	return s
 }

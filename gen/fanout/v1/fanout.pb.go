@@ -610,6 +610,18 @@ type SubscribeRequest struct {
 	MaxBatch uint32 `protobuf:"varint,2,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	// snapshot: first send every current (not deleted) entry under the prefix, then a
 	// response with snapshot_complete set, then live changes.
+	//
+	// A node that has just started is still syncing with its peers (bootstrap:
+	// GetStatus ready is false, ready_reason "syncing with N peers"). Its table is
+	// half-synced then: keys missing, or older than the app saw before the node
+	// restarted. So the snapshot waits until the bootstrap has ended (the node's
+	// --sync-timeout bounds it, 30s by default; a node started with an expired peer
+	// certificate bootstraps once it is renewed) before it lists anything: an app that
+	// rebuilds its cache from the snapshot, as an informer does, never sees a key go
+	// backwards or vanish. The call's deadline bounds the wait (DEADLINE_EXCEEDED; the
+	// stream counts in GetStatus subscribers meanwhile). allow_unsynced skips it. Once
+	// the bootstrap has ended, a snapshot never waits, even while the node is not
+	// ready for another reason.
 	Snapshot bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// from_revision resumes a stream: every key changed after this revision is sent
 	// once, at its latest (deletions included), then live changes. 0: live changes
@@ -623,6 +635,12 @@ type SubscribeRequest struct {
 	// under the 4 MiB that gRPC clients accept by default. An entry larger than the
 	// cap is sent alone. At most 64 MiB.
 	MaxBatchBytes uint32 `protobuf:"varint,6,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
+	// allow_unsynced, with snapshot: send the snapshot at once, even while the node is
+	// still syncing with its peers after its start. It may then miss keys, or hold
+	// older versions of them than the app saw before the node restarted; what the
+	// bootstrap brings follows as live changes. For a tool that wants the table as it
+	// is now; a cache (an informer) should leave it false. Ignored without snapshot.
+	AllowUnsynced bool `protobuf:"varint,7,opt,name=allow_unsynced,json=allowUnsynced,proto3" json:"allow_unsynced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -697,6 +715,13 @@ func (x *SubscribeRequest) GetMaxBatchBytes() uint32 {
 		return x.MaxBatchBytes
 	}
 	return 0
+}
+
+func (x *SubscribeRequest) GetAllowUnsynced() bool {
+	if x != nil {
+		return x.AllowUnsynced
+	}
+	return false
 }
 
 type SubscribeResponse struct {
@@ -1791,7 +1816,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\aPeerAck\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.fanout.v1.PeerAckStateR\x05state\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xdf\x01\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x86\x02\n" +
 	"\x10SubscribeRequest\x12$\n" +
 	"\x0etask_id_prefix\x18\x01 \x01(\tR\ftaskIdPrefix\x12\x1b\n" +
 	"\tmax_batch\x18\x02 \x01(\rR\bmaxBatch\x12\x1a\n" +
@@ -1799,7 +1824,8 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\rfrom_revision\x18\x04 \x01(\x04R\ffromRevision\x12\x1f\n" +
 	"\vinclude_own\x18\x05 \x01(\bR\n" +
 	"includeOwn\x12&\n" +
-	"\x0fmax_batch_bytes\x18\x06 \x01(\rR\rmaxBatchBytes\"\x92\x02\n" +
+	"\x0fmax_batch_bytes\x18\x06 \x01(\rR\rmaxBatchBytes\x12%\n" +
+	"\x0eallow_unsynced\x18\a \x01(\bR\rallowUnsynced\"\x92\x02\n" +
 	"\x11SubscribeResponse\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.fanout.v1.EventR\x05event\x12\x1f\n" +
 	"\vorigin_node\x18\x02 \x01(\tR\n" +

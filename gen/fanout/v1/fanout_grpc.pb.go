@@ -47,7 +47,9 @@ type FanoutServiceClient interface {
 	// current entry under the prefix, then a snapshot_complete marker, then every
 	// change after it; with from_revision, every key changed after that revision, each
 	// once at its latest, then live changes. A reader that falls behind sees the latest
-	// state of each key, not its history, and never slows anyone else.
+	// state of each key, not its history, and never slows anyone else. A snapshot
+	// waits until the node has synced with its peers after its start (see
+	// SubscribeRequest.snapshot), so a cache built from it is never half-synced.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Get reads this node's state table: the entries of task_ids, or a page of the
 	// entries under a prefix. Deleted keys are omitted.
@@ -147,7 +149,9 @@ type FanoutServiceServer interface {
 	// current entry under the prefix, then a snapshot_complete marker, then every
 	// change after it; with from_revision, every key changed after that revision, each
 	// once at its latest, then live changes. A reader that falls behind sees the latest
-	// state of each key, not its history, and never slows anyone else.
+	// state of each key, not its history, and never slows anyone else. A snapshot
+	// waits until the node has synced with its peers after its start (see
+	// SubscribeRequest.snapshot), so a cache built from it is never half-synced.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Get reads this node's state table: the entries of task_ids, or a page of the
 	// entries under a prefix. Deleted keys are omitted.

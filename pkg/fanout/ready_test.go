@@ -1,0 +1,201 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/peers"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// stalledSyncPeer is a peer whose anti-entropy answers nothing until open is closed,
+// then refuses: a node with it as its only peer stays in bootstrap until then.
+type stalledSyncPeer struct {
+	*peers.FakeConn
+	open chan struct{}
+}
+
+var errStalledPeer = errors.New("stalled peer: refused")
+
+func (p stalledSyncPeer) Digest(ctx context.Context, _ *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
+	select {
+	case <-p.open:
+		return nil, errStalledPeer
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p stalledSyncPeer) Pull(context.Context, *fanoutv1.PullRequest, func(*fanoutv1.PullResponse) error) error {
+	return errStalledPeer
+}
+
+func (p stalledSyncPeer) Push(context.Context, *fanoutv1.PushRequest) (*fanoutv1.PushResponse, error) {
+	return nil, errStalledPeer
+}
+
+var _ SyncPeer = stalledSyncPeer{}
+
+// bootstrappingNode starts node "a" with one peer whose anti-entropy stalls until the
+// returned function is called.
+func bootstrappingNode(t *testing.T) (*testNode, func()) {
+	t.Helper()
+	open := make(chan struct{})
+	fake := peers.NewFakeNetwork()
+	cfg := testConfig("a", "b")
+	cfg.SyncTimeout = time.Minute // the test ends the bootstrap, not the timeout
+	cfg.Dial = func(addr string) (Replicator, error) { return stalledSyncPeer{fake.Dial(addr), open}, nil }
+	tn := startTestNode(t, cfg)
+	var once bool
+	release := func() {
+		if !once {
+			once = true
+			close(open)
+		}
+	}
+	t.Cleanup(release)
+	return tn, release
+}
+
+// TestSnapshotWaitsForBootstrap: while a node bootstraps, a Subscribe with snapshot
+// sends nothing (the call's deadline ends it, saying what it waited for), one with
+// allow_unsynced gets the table as it is at once, and once the bootstrap ends the
+// waiting stream gets its snapshot.
+func TestSnapshotWaitsForBootstrap(t *testing.T) {
+	tn, release := bootstrappingNode(t)
+	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, reason := tn.node.Readiness(); ok || !strings.Contains(reason, "bootstrap") {
+		t.Fatalf("readiness %t %q, want not ready, bootstrapping", ok, reason)
+	}
+
+	// A snapshot with a deadline: ends with it, having sent nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err := tn.node.Subscribe(ctx, &fanoutv1.SubscribeRequest{Snapshot: true}, func(*peers.Frame) error {
+		t.Error("a snapshot was sent during the bootstrap")
+		return nil
+	})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "allow_unsynced") || !strings.Contains(err.Error(), "syncing with 1 peers") {
+		t.Errorf("Subscribe with snapshot past its deadline: %v; want DeadlineExceeded saying what it waited for and allow_unsynced", err)
+	}
+	if got := status.Code(toStatus(err)); got != codes.DeadlineExceeded {
+		t.Errorf("its status: %v, want DEADLINE_EXCEEDED", got)
+	}
+
+	// A waiting stream, over gRPC.
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	waiting, err := tn.app.Subscribe(wctx, &fanoutv1.SubscribeRequest{Snapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type first struct {
+		resp  *fanoutv1.SubscribeResponse
+		ready bool // the node's bootstrap had ended when it arrived
+		err   error
+	}
+	firstc := make(chan first, 1)
+	go func() {
+		r, err := waiting.Recv()
+		ready := false
+		select {
+		case <-tn.node.Ready():
+			ready = true
+		default:
+		}
+		firstc <- first{r, ready, err}
+	}()
+	waitFor(t, "the waiting stream counted", func() bool { return tn.node.subscribers.Load() == 1 })
+
+	// allow_unsynced: the table as it is, at once.
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ucancel()
+	unsynced, err := tn.app.Subscribe(uctx, &fanoutv1.SubscribeRequest{Snapshot: true, AllowUnsynced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for {
+		r, err := unsynced.Recv()
+		if err != nil {
+			t.Fatalf("allow_unsynced during the bootstrap: %v", err)
+		}
+		if r.GetSnapshotComplete() {
+			break
+		}
+		keys = append(keys, r.GetEvent().GetTaskId())
+	}
+	if len(keys) != 1 || keys[0] != "k" {
+		t.Errorf("allow_unsynced snapshot %v, want [k]", keys)
+	}
+	if ok, _ := tn.node.Readiness(); ok {
+		t.Fatal("the node became ready during the test")
+	}
+	ucancel()
+
+	release()
+	select {
+	case f := <-firstc:
+		if f.err != nil || f.resp.GetEvent().GetTaskId() != "k" || !f.ready {
+			t.Errorf("the waiting stream's first response: %v (err %v), bootstrap ended %t; want k, after the bootstrap", f.resp, f.err, f.ready)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting snapshot did not come within 10s of the bootstrap's end")
+	}
+	if r, err := waiting.Recv(); err != nil || !r.GetSnapshotComplete() {
+		t.Errorf("after k: %v, %v; want snapshot_complete", r, err)
+	}
+}
+
+// TestReadyCheck: while Config.ReadyCheck fails the node is not ready, with its error
+// as the reason, in Readiness and GetStatus, and its bootstrap waits (even with no
+// peers to sync with); once the check passes, the bootstrap runs and decides.
+func TestReadyCheck(t *testing.T) {
+	var failing atomic.Bool
+	var calls atomic.Int32
+	failing.Store(true)
+	cfg := testConfig("a")
+	cfg.ReadyCheck = func() error {
+		calls.Add(1)
+		if failing.Load() {
+			return errors.New("certificate x expired")
+		}
+		return nil
+	}
+	tn := startTestNode(t, cfg)
+	st, err := tn.app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetReady() || st.GetReadyReason() != "not ready: certificate x expired" {
+		t.Errorf("GetStatus with the check failing: ready %t, reason %q", st.GetReady(), st.GetReadyReason())
+	}
+	// GetStatus asked once; the bootstrap has asked at least twice, so it has waited
+	// a retry.
+	waitFor(t, "the bootstrap to ask the check again", func() bool { return calls.Load() >= 3 })
+	select {
+	case <-tn.node.Ready():
+		t.Fatal("the bootstrap ended while the check failed")
+	default:
+	}
+	failing.Store(false)
+	waitFor(t, "the bootstrap to end once the check passes", func() bool {
+		select {
+		case <-tn.node.Ready():
+			return true
+		default:
+			return false
+		}
+	})
+	if ok, reason := tn.node.Readiness(); !ok || reason != "ready: no peers to sync with" {
+		t.Errorf("with the check passing: ready %t, %q", ok, reason)
+	}
+}
