@@ -182,6 +182,12 @@ type Config[T any] struct {
 	OnFinal func(t *Task[T], fate Fate)
 	// Gate, if set, can hold dispatch (circuit breaker).
 	Gate Gate
+	// Budget (ours), if set, bounds the pending tasks of every batcher that shares
+	// it, together, in bytes: each task's Size plus what its holder costs. A batcher
+	// over its share (the budget over the batchers) evicts its oldest pending tasks
+	// while the budget is over its limit (FateOverflow, counted in BudgetEvicted);
+	// see Budget. Nil: this batcher's own bounds only.
+	Budget *Budget
 }
 
 // Stats is a snapshot of one batcher's counters (events since start) and gauges.
@@ -191,6 +197,9 @@ type Stats struct {
 	Congestion, Transient, Permanent, Stale                      uint64
 	// TooLarge counts the tasks dropped as FateTooLarge: the peer refused them alone.
 	TooLarge uint64
+	// BudgetEvicted counts the tasks that ended as FateOverflow (also counted in
+	// Overflow) because of Config.Budget rather than this batcher's own bounds.
+	BudgetEvicted uint64
 	// Gauges, all counted in tasks except IdleWorkers and PendingBytes. AcceptorQueue
 	// includes the tasks of Offer calls blocked on a full queue.
 	AcceptorQueue, ReprocessQueue, Pending, InFlight, IdleWorkers uint64

@@ -138,6 +138,9 @@ func (b *Batcher[T]) Close() {
 		b.mu.Unlock()
 		b.wg.Wait()
 		b.finish(b.cfg.Now())
+		if b.c.budget != nil {
+			b.c.budget.close(b.c.acct) // stopAll left it holding nothing
+		}
 	})
 }
 
@@ -165,7 +168,11 @@ func (b *Batcher[T]) runAcceptor() {
 	var (
 		w       wake
 		waiters []chan struct{}
+		shedc   <-chan struct{} // the budget asks for a step (nil without one)
 	)
+	if b.c.acct != nil {
+		shedc = b.c.acct.wake
+	}
 	defer w.stop()
 	for {
 		var offered []Task[T]
@@ -178,6 +185,7 @@ func (b *Batcher[T]) runAcceptor() {
 			waiters = append(waiters, ch)
 		case <-w.c:
 			w.c = nil
+		case <-shedc: // the step sheds
 		case <-b.ctx.Done():
 			return
 		}
@@ -192,13 +200,15 @@ func (b *Batcher[T]) runAcceptor() {
 }
 
 // step runs SPEC §4's steps in order: retries, new offers (the one received and
-// whatever else is queued), then batches for the idle workers.
+// whatever else is queued), the budget's rule (shed), then batches for the idle
+// workers.
 func (b *Batcher[T]) step(offered []Task[T], now time.Time) {
 	b.c.drainReprocess(now)
 	if offered != nil {
 		b.c.accept(offered, now)
 	}
 	b.drainAcceptQueue(now)
+	b.c.shed(now)
 	for {
 		bt, ok := b.c.assign(now)
 		if !ok {

@@ -48,6 +48,21 @@ type core[T any] struct {
 	// splitRecovery is how long a split holds before batchLimit may double back
 	// (splitRecovery, the constant; tests shorten it).
 	splitRecovery time.Duration
+	// budget is Config.Budget, the node's budget over every batcher's pending (may be
+	// nil: this batcher's own bounds only); acct is this batcher's account in it.
+	budget *Budget
+	acct   *account
+	// overhead is what the budget charges per pending task beside its size
+	// (taskOverhead; tests change it).
+	overhead int
+	// charged is what acct holds: pending's charge (charge) as of the last flush.
+	// Invariant: charged == acct.charged; charged == charge() after each entry
+	// point (accept, drainReprocess, shed, assign, stopAll).
+	charged int
+	// maxFree bounds the recycled holders kept in free (nfree), so that a peer
+	// whose pending once held many tasks does not keep their holders.
+	// Invariant: 0 <= nfree <= maxFree.
+	nfree, maxFree int
 
 	// ids maps every task_id that is pending, in flight or both to its holder, so
 	// that a task costs a lookup, an insert and a delete from Offer to fate (ids.go).
@@ -105,6 +120,10 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		onFinal:         cfg.OnFinal,
 		log:             rateLog{logger: cfg.Logger, interval: time.Second},
 		splitRecovery:   splitRecovery,
+		budget:          cfg.Budget,
+		acct:            cfg.Budget.open(), // nil without a budget
+		overhead:        taskOverhead[T](),
+		maxFree:         max(cfg.MaxBatch*cfg.Workers, 1024),
 		ids:             newIDIndex[T](min(cfg.MaxBuffer, 1024)),
 		idle:            cfg.Workers,
 		batchLimit:      cfg.MaxBatch,
@@ -126,18 +145,22 @@ func (c *core[T]) accept(tasks []Task[T], now time.Time) {
 	for i := range tasks {
 		c.acceptOne(&tasks[i], now)
 	}
+	c.flush()
 }
 
 // acceptOne coalesces t into pending, evicting the oldest tasks while pending is
 // full in tasks or in bytes. If t's ID is already pending or in flight, t is the
 // later of the two: it replaces the pending task (in its place, with its age) or
 // parks behind the flight, unless that task supersedes it (keeps). A t that loses is
-// overridden and pending is left as it was. A t bigger than MaxBufferBytes alone is
-// overflow at once.
+// overridden and pending is left as it was. A t bigger than MaxBufferBytes alone, or
+// than the whole budget, is overflow at once. With a budget, the oldest tasks are
+// also evicted while the budget is over its limit and this batcher holds more than
+// its share (overBudget).
 func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 	size := c.sizeOf(t)
-	if size > c.maxBufferBytes {
+	if size > c.maxBufferBytes || c.budget != nil && size+c.overhead > c.budget.limit {
 		c.st.Overflow++
+		c.countBudget(size <= c.maxBufferBytes)
 		c.final(t, FateOverflow)
 		c.log.note(logOverflow, 1, now, nil)
 		return
@@ -158,8 +181,12 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 		return
 	}
 	// Never evicts h: h is not waiting.
-	for c.order.n > 0 && (c.order.n >= c.maxBuffer || c.bytes+size > c.maxBufferBytes) {
-		c.evict(c.order.head, now)
+	for c.order.n > 0 {
+		full := c.order.n >= c.maxBuffer || c.bytes+size > c.maxBufferBytes
+		if !full && !c.overBudget(size+c.overhead, now) {
+			break
+		}
+		c.evict(c.order.head, now, !full)
 	}
 	if h == nil {
 		h = c.newHolder(t, now)
@@ -172,30 +199,104 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 }
 
 // replace puts t, of size bytes, in the place of h's waiting task, and evicts the
-// oldest other tasks while pending is over MaxBufferBytes. size is at most
-// MaxBufferBytes, so h alone always fits.
+// oldest other tasks while pending is over MaxBufferBytes or over budget
+// (overBudget). size is at most MaxBufferBytes, so h alone always fits; h is never
+// evicted.
 func (c *core[T]) replace(h *holder[T], t *Task[T], size int, now time.Time) {
 	c.bytes += size - h.size
 	if h.flying {
 		c.parkedBytes += size - h.size
 	}
 	h.task, h.size = *t, size
-	for c.bytes > c.maxBufferBytes {
+	for c.order.n > 1 {
+		full := c.bytes > c.maxBufferBytes
+		if !full && !c.overBudget(0, now) {
+			break
+		}
 		oldest := c.order.head
 		if oldest == h {
 			oldest = h.next
 		}
-		c.evict(oldest, now)
+		c.evict(oldest, now, !full)
 	}
 }
 
-// evict drops h, a waiting holder, as overflow.
-func (c *core[T]) evict(h *holder[T], now time.Time) {
+// evict drops h, a waiting holder, as overflow; forBudget: the budget, not this
+// batcher's own bounds, made it go.
+func (c *core[T]) evict(h *holder[T], now time.Time, forBudget bool) {
 	c.unwait(h)
 	c.st.Overflow++
+	c.countBudget(forBudget)
 	c.final(&h.task, FateOverflow)
 	c.forget(h)
 	c.log.note(logOverflow, 1, now, nil)
+}
+
+// countBudget counts a task dropped for the budget, if forBudget.
+func (c *core[T]) countBudget(forBudget bool) {
+	if forBudget {
+		c.st.BudgetEvicted++
+		c.budget.evicted.Add(1)
+	}
+}
+
+// charge is what pending costs the budget: its tasks' sizes and overhead each.
+func (c *core[T]) charge() int { return c.bytes + c.overhead*c.order.n }
+
+// overBudget reports whether pending, extra bytes more, would be over budget: the
+// batchers together over its limit, and this one over its share of it (the limit
+// over the accounts). A batcher whose dispatch is held (hold: a peer that is down,
+// or paused after a failure) sees half the limit: the peers that are not sending
+// keep to half the budget, so the ones that are have the other half for their
+// bursts. False without a budget. The others' part is what they last flushed.
+func (c *core[T]) overBudget(extra int, now time.Time) bool {
+	if c.budget == nil {
+		return false
+	}
+	mine := c.charge() + extra
+	total := int(c.budget.used.Load()) - c.charged + mine
+	limit := c.budget.limit
+	if total <= limit/2 {
+		return false
+	}
+	if c.hold(now) > 0 {
+		limit /= 2
+	}
+	return total > limit && mine > limit/c.budget.members()
+}
+
+// flush tells the budget what pending costs now. A charge that takes the budget
+// over half its limit wakes the batchers over their share of that half (nudge):
+// the held ones among them shed.
+func (c *core[T]) flush() {
+	if c.budget == nil {
+		return
+	}
+	mine := c.charge()
+	d := mine - c.charged
+	if d == 0 {
+		return
+	}
+	c.charged = mine
+	c.acct.charged.Store(int64(mine))
+	if used := c.budget.used.Add(int64(d)); d > 0 && used > int64(c.budget.limit/2) {
+		c.budget.nudge()
+	}
+}
+
+// shed applies the budget's rule to this batcher: while it is over budget
+// (overBudget), its oldest pending tasks are evicted (FateOverflow, counted in BudgetEvicted). Each eviction is flushed at
+// once, so that batchers shedding at the same time see each other's progress and
+// together shed about what the budget is over, not that many times.
+func (c *core[T]) shed(now time.Time) {
+	if c.budget == nil {
+		return
+	}
+	for c.order.n > 0 && c.overBudget(0, now) {
+		c.evict(c.order.head, now, true)
+		c.flush()
+	}
+	c.flush()
 }
 
 // sizeOf is t's size by Config.Size; 0 without one (or for a negative size).
@@ -213,10 +314,15 @@ func (c *core[T]) sizeOf(t *Task[T]) int {
 // rule does not depend on what is pending.
 func (c *core[T]) drainReprocess(now time.Time) {
 	// Taking from the back and pushing to the front keeps the original order.
+	forBudget := false // the budget, not this batcher's bounds, refused the first retry left
 	for len(c.reprocess) > 0 {
 		last := len(c.reprocess) - 1
 		h := c.reprocess[last]
 		if c.order.n >= c.maxBuffer || c.bytes+h.size > c.maxBufferBytes {
+			break
+		}
+		if c.overBudget(h.size+c.overhead, now) {
+			forBudget = true
 			break
 		}
 		c.reprocess[last] = nil
@@ -226,12 +332,14 @@ func (c *core[T]) drainReprocess(now time.Time) {
 	if n := len(c.reprocess); n > 0 {
 		for i, h := range c.reprocess {
 			c.st.Overflow++
+			c.countBudget(forBudget)
 			c.drop(h, FateOverflow)
 			c.reprocess[i] = nil
 		}
 		c.reprocess = c.reprocess[:0]
 		c.log.note(logOverflow, n, now, nil)
 	}
+	c.flush()
 }
 
 // requeue puts one retry back in front unless it expired or the task pending with
@@ -276,6 +384,7 @@ func (c *core[T]) retryWins(p, r *holder[T]) {
 // due. The driver calls it until it reports false.
 func (c *core[T]) assign(now time.Time) (*batch[T], bool) {
 	// Each round takes or expires at least one holder, so the loop ends.
+	defer c.flush()
 	for c.idle > 0 && c.hold(now) == 0 && c.due(now) {
 		if b := c.popBatch(now); b != nil {
 			c.idle--
@@ -563,6 +672,7 @@ func (c *core[T]) stopAll() {
 		c.final(&h.task, FateStopped)
 		c.forget(h)
 	}
+	c.flush()
 }
 
 // nextWake reports when assign may next have work although nothing else happens:
@@ -669,6 +779,7 @@ func (c *core[T]) newHolder(t *Task[T], arrived time.Time) *holder[T] {
 	h := c.free
 	if h != nil {
 		c.free, h.next = h.next, nil
+		c.nfree--
 	} else {
 		h = new(holder[T])
 	}
@@ -676,10 +787,16 @@ func (c *core[T]) newHolder(t *Task[T], arrived time.Time) *holder[T] {
 	return h
 }
 
-// release recycles h, forgetting its task so the value can be collected.
+// release recycles h, forgetting its task so the value can be collected; past
+// maxFree recycled holders, h is left to the collector.
 func (c *core[T]) release(h *holder[T]) {
+	if c.nfree >= c.maxFree {
+		*h = holder[T]{}
+		return
+	}
 	*h = holder[T]{next: c.free}
 	c.free = h
+	c.nfree++
 }
 
 // newBatch returns an empty recycled or new batch.

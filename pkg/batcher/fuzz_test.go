@@ -48,6 +48,11 @@ func FuzzBatcher(f *testing.F) {
 	f.Add([]byte{7, 4, 2, 18, 2, 5, 4, 1, 2, 3, 4, 5, 1, 2, 250, 0, 4, 6, 7, 8, 9, 1, 2, 0, 251, 1, 2, 0, 4, 1, 1, 3, 80, 1, 2, 0, 4, 0, 0, 0})
 	// Newer and bytes (timing 27): coalescing that changes a waiting task's size.
 	f.Add([]byte{7, 6, 3, 27, 20, 9, 0, 3, 1, 5, 1, 6, 1, 7, 0, 2, 1, 8, 1, 9, 1, 2, 0, 250, 0, 1, 2, 0, 4, 0, 0, 0})
+	// A node budget (timing 36: Size on, 25 bytes of buffer, 6 of batch; a budget of
+	// 41 bytes over 4 accounts, 2 of overhead a task): offers, the others' charge
+	// raised past the limit (op 131), an offer that sheds, the others' charge
+	// lowered, a failed batch retried into the room.
+	f.Add([]byte{7, 4, 2, 36, 20, 5, 40, 3, 2, 0, 4, 1, 2, 3, 4, 0, 3, 5, 6, 7, 1, 131, 200, 0, 2, 8, 9, 1, 2, 0, 2, 131, 10, 2, 0, 2, 0, 3, 11, 12, 13, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &fuzzReader{data: data}
 		buffer := 1 + r.next()%8
@@ -66,6 +71,13 @@ func FuzzBatcher(f *testing.F) {
 			bufBytes = 5 + r.next()%30
 			batchBytes = 1 + r.next()%bufBytes
 		}
+		// timing >= 36 (with Size) shares a node budget with other batchers, with
+		// three more bytes: its limit, its accounts and the overhead per task.
+		var bs budgetSetup
+		if timing >= 36 {
+			bs = budgetSetup{limit: 1 + r.next()%60, accounts: 1 + r.next()%6, overhead: r.next() % 5}
+			bs.accounts = max(bs.accounts, 2)
+		}
 		mod := func(c *Config[int]) {
 			c.MaxBuffer, c.MaxBatch, c.Workers = buffer, batchSize, workers
 			c.MaxBatchingDelay, c.IdleFlush = delay, idle
@@ -77,6 +89,10 @@ func FuzzBatcher(f *testing.F) {
 			}
 		}
 		fz := &fuzzRun{t: t, h: newHarness(t, mod), m: newRefModel(testConfig(mod)), r: r, outIDs: map[string]bool{}}
+		if bs.limit > 0 {
+			fz.h.useBudget(bs)
+			fz.m.budget = bs
+		}
 		for step := 0; !r.done() && step < 10000; step++ {
 			op := fz.step()
 			compareModel(t, step, op, fz.h, fz.m)
@@ -106,6 +122,12 @@ func (fz *fuzzRun) step() string {
 	case 2:
 		return fz.complete(op >= 128)
 	default:
+		if fz.m.budget.limit > 0 && op >= 128 { // only with a budget, so older inputs keep their meaning
+			n := fz.r.next() * fz.m.budget.limit / 128
+			fz.m.setOthers(n, fz.h.now)
+			fz.h.setOthers(n)
+			return fmt.Sprintf("others hold %d", n)
+		}
 		d := time.Duration(fz.r.next()) * 5 * time.Millisecond
 		fz.h.advance(d)
 		return fmt.Sprintf("advance %v", d)
@@ -135,6 +157,7 @@ func (fz *fuzzRun) offer() string {
 	tasks := fz.tasks()
 	fz.m.drainReprocess(fz.h.now)
 	fz.m.accept(tasks, fz.h.now)
+	fz.m.shed(fz.h.now)
 	fz.h.offer(tasks...)
 	return fmt.Sprintf("offer %q", taskStrings(tasks))
 }
@@ -226,12 +249,14 @@ func (fz *fuzzRun) complete(thenOffer bool) string {
 	fz.m.complete(i, res, fz.h.now)
 	if !thenOffer {
 		fz.m.drainReprocess(fz.h.now)
+		fz.m.shed(fz.h.now)
 		fz.h.complete(i, res)
 		return fmt.Sprintf("complete %d with %+v", i, res)
 	}
 	tasks := fz.tasks()
 	fz.m.accept(tasks, fz.h.now)
 	fz.m.drainReprocess(fz.h.now)
+	fz.m.shed(fz.h.now)
 	fz.h.completeThenOffer(i, res, tasks...)
 	return fmt.Sprintf("complete %d with %+v, then offer %q", i, res, taskStrings(tasks))
 }

@@ -44,12 +44,13 @@ func testConfig(mod func(*Config[int])) Config[int] {
 
 // harness drives a core by hand with a fake clock, the way the acceptor does.
 type harness struct {
-	tb    testing.TB
-	c     *core[int]
-	fates fateLog
-	calls int // OnFinal calls
-	now   time.Time
-	out   []*batch[int] // batches handed out and not yet completed, oldest first
+	tb     testing.TB
+	others *account // the other accounts' charge, with useBudget; set by setOthers
+	c      *core[int]
+	fates  fateLog
+	calls  int // OnFinal calls
+	now    time.Time
+	out    []*batch[int] // batches handed out and not yet completed, oldest first
 }
 
 func newHarness(tb testing.TB, mod func(*Config[int])) *harness {
@@ -86,6 +87,7 @@ func testSize(v int) int {
 func (h *harness) offer(tasks ...Task[int]) {
 	h.c.drainReprocess(h.now)
 	h.c.accept(tasks, h.now)
+	h.c.shed(h.now)
 	h.check()
 }
 
@@ -112,6 +114,7 @@ func (h *harness) complete(i int, r Result) {
 	b.result = r
 	h.c.complete(b, h.now)
 	h.c.drainReprocess(h.now)
+	h.c.shed(h.now)
 	h.check()
 }
 
@@ -126,6 +129,7 @@ func (h *harness) completeThenOffer(i int, r Result, tasks ...Task[int]) {
 	h.c.complete(b, h.now)
 	h.c.accept(tasks, h.now)
 	h.c.drainReprocess(h.now)
+	h.c.shed(h.now)
 	h.check()
 }
 
@@ -192,6 +196,7 @@ func checkCore[T any](c *core[T]) error {
 		fail("tail is not the last holder")
 	}
 	checkBytes(c, fail)
+	checkBudget(c, fail)
 	if n != c.order.n || n > c.maxBuffer {
 		fail("order has %d, order.n %d, MaxBuffer %d", n, c.order.n, c.maxBuffer)
 	}
@@ -274,5 +279,54 @@ func checkSent[T any](c *core[T], h *holder[T], fail func(string, ...any)) {
 	}
 	if h.waiting && c.newer(h.sent, &h.task) {
 		fail("%q: the parked task is superseded by the one in flight", h.task.ID)
+	}
+}
+
+// budgetSetup is a Budget for the model and fuzz tests: limit bytes shared by
+// accounts accounts (the core's and accounts-1 others), overhead bytes per task.
+type budgetSetup struct{ limit, accounts, overhead int }
+
+// useBudget makes the core share a Budget as bs says, before any operation. The
+// others' charge sits on one account, set by setOthers.
+func (h *harness) useBudget(bs budgetSetup) {
+	b, err := NewBudget(bs.limit)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	h.c.budget, h.c.acct, h.c.overhead = b, b.open(), bs.overhead
+	h.others = b.open()
+	for range bs.accounts - 2 {
+		b.open()
+	}
+}
+
+// setOthers sets what the other accounts hold to n bytes and runs the step the
+// budget's nudge would wake.
+func (h *harness) setOthers(n int) {
+	d := int64(n) - h.others.charged.Load()
+	h.others.charged.Store(int64(n))
+	h.c.budget.used.Add(d)
+	h.c.shed(h.now)
+	h.check()
+}
+
+// checkBudget verifies the budget's invariants: after each entry point the core has
+// flushed what pending costs, and the budget's total is its accounts' charges.
+func checkBudget[T any](c *core[T], fail func(string, ...any)) {
+	if c.budget == nil {
+		return
+	}
+	if c.charged != c.charge() || c.acct.charged.Load() != int64(c.charged) {
+		fail("budget: charged %d (account %d), pending costs %d", c.charged, c.acct.charged.Load(), c.charge())
+	}
+	sum := int64(0)
+	for a := range c.budget.accounts {
+		sum += a.charged.Load()
+	}
+	if used := c.budget.used.Load(); used != sum {
+		fail("budget: used %d, accounts hold %d", used, sum)
+	}
+	if c.nfree < 0 || c.nfree > c.maxFree {
+		fail("free holders %d, at most %d", c.nfree, c.maxFree)
 	}
 }

@@ -31,6 +31,8 @@ type refModel struct {
 	byteLimit int          // the most bytes a batch of several tasks may take: MaxBatchBytes, lowered by splits
 	splitAt   time.Time    // when the limits last changed; zero: never
 	recovery  time.Duration
+	budget    budgetSetup // limit 0: no budget
+	others    int         // what the budget's other accounts hold
 }
 
 type refBatch struct {
@@ -58,6 +60,46 @@ func (m *refModel) bytes(tasks []Task[int]) int {
 		n += m.size(t)
 	}
 	return n
+}
+
+// cost is what pending costs the budget, extra bytes more.
+func (m *refModel) cost(extra int) int {
+	return m.bytes(m.pending) + m.budget.overhead*len(m.pending) + extra
+}
+
+// overBudget: with a budget, the accounts together over its limit with pending
+// extra bytes more, and pending over its share, the limit over the accounts; a
+// paused batcher sees half the limit.
+func (m *refModel) overBudget(extra int, now time.Time) bool {
+	if m.budget.limit == 0 {
+		return false
+	}
+	mine, limit := m.cost(extra), m.budget.limit
+	if m.paused(now) {
+		limit /= 2
+	}
+	return m.others+mine > limit && mine > limit/m.budget.accounts
+}
+
+// evictFor drops pending[i] as overflow, for the budget if forBudget.
+func (m *refModel) evictFor(i int, forBudget bool) {
+	if forBudget {
+		m.st.BudgetEvicted++
+	}
+	m.evict(i)
+}
+
+// shed is the budget's rule: while over budget, the oldest go.
+func (m *refModel) shed(now time.Time) {
+	for len(m.pending) > 0 && m.overBudget(0, now) {
+		m.evictFor(0, true)
+	}
+}
+
+// setOthers changes what the other accounts hold, and sheds.
+func (m *refModel) setOthers(n int, now time.Time) {
+	m.others = n
+	m.shed(now)
 }
 
 // evict drops pending[i] as overflow.
@@ -118,6 +160,12 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 			m.fate(t, FateOverflow)
 			continue
 		}
+		if m.budget.limit > 0 && m.size(t)+m.budget.overhead > m.budget.limit { // bigger than the whole budget
+			m.st.Overflow++
+			m.st.BudgetEvicted++
+			m.fate(t, FateOverflow)
+			continue
+		}
 		if i := m.index(t.ID); i >= 0 {
 			if m.keeps(m.pending[i], t) {
 				m.override(t)
@@ -125,11 +173,15 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 			}
 			m.override(m.pending[i])
 			m.pending[i] = t
-			for m.bytes(m.pending) > m.cfg.MaxBufferBytes { // the oldest other than t
+			for len(m.pending) > 1 { // the oldest other than t
+				full := m.bytes(m.pending) > m.cfg.MaxBufferBytes
+				if !full && !m.overBudget(0, now) {
+					break
+				}
 				if m.pending[0].ID != t.ID {
-					m.evict(0)
+					m.evictFor(0, !full)
 				} else {
-					m.evict(1)
+					m.evictFor(1, !full)
 				}
 			}
 			continue
@@ -138,8 +190,12 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 			m.override(t)
 			continue
 		}
-		for len(m.pending) > 0 && (len(m.pending) == m.cfg.MaxBuffer || m.bytes(m.pending)+m.size(t) > m.cfg.MaxBufferBytes) {
-			m.evict(0)
+		for len(m.pending) > 0 {
+			full := len(m.pending) == m.cfg.MaxBuffer || m.bytes(m.pending)+m.size(t) > m.cfg.MaxBufferBytes
+			if !full && !m.overBudget(m.size(t)+m.budget.overhead, now) {
+				break
+			}
+			m.evictFor(0, !full)
 		}
 		m.pending = append(m.pending, t)
 		m.arrived = append(m.arrived, now)
@@ -147,11 +203,16 @@ func (m *refModel) accept(tasks []Task[int], now time.Time) {
 }
 
 func (m *refModel) drainReprocess(now time.Time) {
+	forBudget := false
 	for len(m.reprocess) > 0 {
 		last := len(m.reprocess) - 1
 		t, at := m.reprocess[last], m.reArrived[last]
 		// Room for the retry, whatever becomes of it.
 		if len(m.pending) >= m.cfg.MaxBuffer || m.bytes(m.pending)+m.size(t) > m.cfg.MaxBufferBytes {
+			break
+		}
+		if m.overBudget(m.size(t)+m.budget.overhead, now) {
+			forBudget = true
 			break
 		}
 		m.reprocess, m.reArrived = m.reprocess[:last], m.reArrived[:last]
@@ -172,6 +233,9 @@ func (m *refModel) drainReprocess(now time.Time) {
 	}
 	for _, t := range m.reprocess {
 		m.st.Overflow++
+		if forBudget {
+			m.st.BudgetEvicted++
+		}
 		m.fate(t, FateOverflow)
 	}
 	m.reprocess, m.reArrived = nil, nil
@@ -355,34 +419,46 @@ func TestCoreMatchesModel(t *testing.T) {
 		delay, idle            time.Duration
 		newer                  bool
 		bufBytes, batchBytes   int // with Size (testSize) when bufBytes > 0
+		budget                 budgetSetup
 	}{
-		{4, 1, 1, 0, 0, false, 0, 0},
-		{5, 2, 2, 0, 0, false, 0, 0},
-		{8, 3, 3, 0, 0, false, 0, 0},
-		{6, 4, 2, 30 * time.Millisecond, 0, false, 0, 0},
-		{3, 3, 4, 10 * time.Millisecond, 0, false, 0, 0},
-		{5, 2, 2, 0, 50 * time.Millisecond, false, 0, 0}, // IdleFlush without a window: no effect
-		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false, 0, 0},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false, 0, 0},
-		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false, 0, 0}, // the window first
-		{4, 1, 1, 0, 0, true, 0, 0},
-		{5, 2, 2, 0, 0, true, 0, 0},
-		{8, 3, 3, 0, 0, true, 0, 0},
-		{6, 4, 2, 30 * time.Millisecond, 0, true, 0, 0},
-		{3, 3, 4, 10 * time.Millisecond, 0, true, 0, 0},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 0, 0},
+		{4, 1, 1, 0, 0, false, 0, 0, budgetSetup{}},
+		{5, 2, 2, 0, 0, false, 0, 0, budgetSetup{}},
+		{8, 3, 3, 0, 0, false, 0, 0, budgetSetup{}},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 0, 0, budgetSetup{}},
+		{3, 3, 4, 10 * time.Millisecond, 0, false, 0, 0, budgetSetup{}},
+		{5, 2, 2, 0, 50 * time.Millisecond, false, 0, 0, budgetSetup{}}, // IdleFlush without a window: no effect
+		{6, 4, 2, 300 * time.Millisecond, 40 * time.Millisecond, false, 0, 0, budgetSetup{}},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, false, 0, 0, budgetSetup{}},
+		{3, 3, 4, 10 * time.Millisecond, 50 * time.Millisecond, false, 0, 0, budgetSetup{}}, // the window first
+		{4, 1, 1, 0, 0, true, 0, 0, budgetSetup{}},
+		{5, 2, 2, 0, 0, true, 0, 0, budgetSetup{}},
+		{8, 3, 3, 0, 0, true, 0, 0, budgetSetup{}},
+		{6, 4, 2, 30 * time.Millisecond, 0, true, 0, 0, budgetSetup{}},
+		{3, 3, 4, 10 * time.Millisecond, 0, true, 0, 0, budgetSetup{}},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 0, 0, budgetSetup{}},
 		// Bytes: buffers and batches that fill in bytes before they fill in tasks,
 		// tasks bigger than a batch, and some bigger than the buffer (testSize).
-		{8, 5, 2, 0, 0, false, 20, 8},
-		{8, 8, 3, 0, 0, true, 30, 30},
-		{6, 4, 2, 30 * time.Millisecond, 0, false, 16, 5},
-		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 25, 12},
-		{10, 10, 1, 0, 0, true, 12, 1},
+		{8, 5, 2, 0, 0, false, 20, 8, budgetSetup{}},
+		{8, 8, 3, 0, 0, true, 30, 30, budgetSetup{}},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 16, 5, budgetSetup{}},
+		{8, 5, 3, 150 * time.Millisecond, 100 * time.Millisecond, true, 25, 12, budgetSetup{}},
+		{10, 10, 1, 0, 0, true, 12, 1, budgetSetup{}},
+		// A node budget shared with other batchers whose charge moves at random:
+		// evictions by the budget beside the buffer's, retries refused by it, a task
+		// bigger than the whole budget, a share smaller than one task.
+		{8, 5, 2, 0, 0, false, 30, 8, budgetSetup{limit: 40, accounts: 2, overhead: 3}},
+		{8, 8, 3, 0, 0, true, 30, 30, budgetSetup{limit: 60, accounts: 4, overhead: 1}},
+		{10, 10, 1, 0, 0, true, 35, 10, budgetSetup{limit: 25, accounts: 3, overhead: 2}},
+		{6, 4, 2, 30 * time.Millisecond, 0, false, 16, 5, budgetSetup{limit: 50, accounts: 5, overhead: 0}},
+		{8, 3, 3, 0, 0, false, 0, 0, budgetSetup{limit: 12, accounts: 2, overhead: 2}}, // no Size: overhead alone
 	} {
 		name := fmt.Sprintf("buffer=%d/batch=%d/workers=%d/delay=%v/idle=%v/newer=%v",
 			mc.buffer, mc.batch, mc.workers, mc.delay, mc.idle, mc.newer)
 		if mc.bufBytes > 0 {
 			name += fmt.Sprintf("/bufbytes=%d/batchbytes=%d", mc.bufBytes, mc.batchBytes)
+		}
+		if mc.budget.limit > 0 {
+			name += fmt.Sprintf("/budget=%d/accounts=%d/overhead=%d", mc.budget.limit, mc.budget.accounts, mc.budget.overhead)
 		}
 		t.Run(name, func(t *testing.T) {
 			mod := func(c *Config[int]) {
@@ -397,6 +473,10 @@ func TestCoreMatchesModel(t *testing.T) {
 			}
 			h := newHarness(t, mod)
 			m := newRefModel(testConfig(mod))
+			if mc.budget.limit > 0 {
+				h.useBudget(mc.budget)
+				m.budget = mc.budget
+			}
 			runModel(t, h, m, rand.New(rand.NewPCG(1, 2)), 20000)
 		})
 	}
@@ -426,6 +506,7 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 			op = fmt.Sprintf("offer %q", taskStrings(tasks))
 			m.drainReprocess(h.now)
 			m.accept(tasks, h.now)
+			m.shed(h.now)
 			h.offer(tasks...)
 		case r < 65:
 			op = "assign"
@@ -448,6 +529,7 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 				op = fmt.Sprintf("complete %d with %+v", i, res)
 				m.complete(i, res, h.now)
 				m.drainReprocess(h.now)
+				m.shed(h.now)
 				h.complete(i, res)
 				break
 			}
@@ -458,7 +540,13 @@ func runModel(t *testing.T, h *harness, m *refModel, rng *rand.Rand, steps int) 
 			m.complete(i, res, h.now)
 			m.accept(tasks, h.now)
 			m.drainReprocess(h.now)
+			m.shed(h.now)
 			h.completeThenOffer(i, res, tasks...)
+		case m.budget.limit > 0 && rng.IntN(2) == 0: // the other batchers' charge moves
+			n := rng.IntN(m.budget.limit * 3 / 2)
+			op = fmt.Sprintf("others hold %d", n)
+			m.setOthers(n, h.now)
+			h.setOthers(n)
 		default:
 			d := time.Duration(rng.IntN(200)) * time.Millisecond
 			op = fmt.Sprintf("advance %v", d)
