@@ -20,6 +20,7 @@ var configFlags = map[string]string{
 	"fanout.Config.AntiEntropyInterval":       "--anti-entropy-interval",
 	"fanout.Config.SyncTimeout":               "--sync-timeout",
 	"fanout.Config.PeerRemovalGrace":          "--peer-removal-grace",
+	"fanout.Config.MaxPendingBytes":           "--max-pending-bytes",
 	"refresh.Config.Interval":                 "--peers-refresh",
 	"discovery.Config.Server":                 "--dns-server",
 	"fanout.Config.TaskTTL":                   "--task-ttl",

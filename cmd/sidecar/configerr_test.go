@@ -144,6 +144,7 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--breaker-open=0"}, "--breaker-open: must be > 0"},
 		{[]string{"--breaker-probes=0"}, "--breaker-probes: must be > 0"},
 		{[]string{"--peer-removal-grace=-1s"}, "--peer-removal-grace: must be >= 0"},
+		{[]string{"--max-pending-bytes=1000"}, "--max-pending-bytes: must hold one event of --max-event-bytes"},
 		{[]string{"--peers-dns=peers.test:7071", "--peers-refresh=0"}, "--peers-refresh: must be > 0"},
 		{[]string{"--peers-dns=peers.test:7071", "--dns-server=dns.test"}, `--dns-server: "dns.test" is not an IP address`},
 	}

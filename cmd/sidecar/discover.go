@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -25,10 +26,17 @@ type discoveryOptions struct {
 	peersDNS  string
 	refresh   time.Duration
 	dnsServer string
+	maxPeers  int
 }
 
+// defaultMaxPeers caps the peers DNS may name: every peer costs its batcher's
+// goroutines (1 + --workers), a connection and its share of --max-pending-bytes, so a
+// name that answers thousands of addresses must not become thousands of peers. 256
+// is more replicas than a full mesh of sidecars is meant for.
+const defaultMaxPeers = 256
+
 func defaultDiscoveryOptions() discoveryOptions {
-	return discoveryOptions{refresh: 30 * time.Second}
+	return discoveryOptions{refresh: 30 * time.Second, maxPeers: defaultMaxPeers}
 }
 
 func (o *discoveryOptions) addFlags(fs *pflag.FlagSet) {
@@ -38,6 +46,9 @@ func (o *discoveryOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.refresh, "peers-refresh", o.refresh, "look --peers-dns up again this often; a lookup that times out doubles the wait, up to 10x, and a success "+
 		"resets it (Eureka's TimedSupervisorTask); a failed lookup keeps the peers found last (a peer calling that is not known also triggers a lookup at once)")
 	fs.StringVar(&o.dnsServer, "dns-server", o.dnsServer, "ask this DNS server (ip:port, or an ip for port 53) instead of the system's resolver (/etc/resolv.conf)")
+	fs.IntVar(&o.maxPeers, "max-peers", o.maxPeers, "take at most this many peers from --peers-dns (the static --peers are not counted); more addresses are "+
+		"refused with a WARN and counted in fanout_peers_dns_refused_addresses, the peers already in the set kept first: every peer costs "+
+		"goroutines, a connection and memory")
 }
 
 // discoverer keeps the peer set of one node: the static list plus the addresses its
@@ -48,12 +59,14 @@ type discoverer struct {
 	resolver *discovery.Resolver
 	static   []string
 	listen   string // --peer-addr, to leave this node's own address out
+	maxPeers int    // --max-peers: the most addresses taken from a lookup
 	interval time.Duration
 	cfg      refresh.Config
 	log      *slog.Logger
 
-	mu    sync.Mutex
-	found []string // the last good lookup, this node left out; guarded by mu
+	mu      sync.Mutex
+	found   []string // the last good lookup, this node left out, capped at maxPeers; guarded by mu
+	refused int      // addresses the last good lookup found past maxPeers; guarded by mu
 
 	task atomic.Pointer[refresh.Task] // nil until start
 }
@@ -73,6 +86,9 @@ func (o discoveryOptions) newDiscoverer(static []string, listen string, log *slo
 	if err := o.refreshConfig(log).Validate(); err != nil {
 		return nil, forFlags(err)
 	}
+	if o.maxPeers <= 0 {
+		return nil, fmt.Errorf("--max-peers: must be > 0, got %d", o.maxPeers)
+	}
 	rc := discovery.DefaultConfig()
 	rc.Server = o.dnsServer
 	// A lookup may take its whole timeout, but never longer than the refresh period:
@@ -82,7 +98,7 @@ func (o discoveryOptions) newDiscoverer(static []string, listen string, log *slo
 	if err != nil {
 		return nil, forFlags(err)
 	}
-	d := &discoverer{target: target, resolver: r, static: static, listen: listen, interval: o.refresh}
+	d := &discoverer{target: target, resolver: r, static: static, listen: listen, interval: o.refresh, maxPeers: o.maxPeers}
 	d.cfg = o.refreshConfig(log.With("component", "discovery", "peers_dns", target.String()))
 	d.log = d.cfg.Logger
 	return d, nil
@@ -98,13 +114,46 @@ func (o discoveryOptions) refreshConfig(log *slog.Logger) refresh.Config {
 	return cfg
 }
 
-// lookup resolves the target and leaves this node out.
+// lookup resolves the target, leaves this node out and caps the rest at
+// --max-peers (capPeers), recording and logging what it refused.
 func (d *discoverer) lookup(ctx context.Context) ([]string, error) {
 	addrs, err := d.resolver.Lookup(ctx, d.target)
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(addrs, func(a string) bool { return discovery.IsSelf(a, d.listen) }), nil
+	addrs = slices.DeleteFunc(addrs, func(a string) bool { return discovery.IsSelf(a, d.listen) })
+	d.mu.Lock()
+	kept, refused := capPeers(addrs, d.found, d.maxPeers)
+	changed := refused != d.refused
+	d.refused = refused
+	d.mu.Unlock()
+	if refused > 0 && changed {
+		d.log.Warn("DNS names more peers than --max-peers; the extra addresses are refused", "found", len(addrs),
+			"max_peers", d.maxPeers, "refused", refused, "what_to_do", "raise --max-peers, or check what the DNS name answers")
+	}
+	return kept, nil
+}
+
+// capPeers keeps at most max of addrs: those already in cur first, so that a new
+// address never displaces a peer, then the others in addrs' order. It returns them
+// in addrs' order, and how many it refused.
+func capPeers(addrs, cur []string, max int) ([]string, int) {
+	if len(addrs) <= max {
+		return addrs, 0
+	}
+	keep := make(map[string]bool, max)
+	for _, a := range cur {
+		if len(keep) < max && slices.Contains(addrs, a) {
+			keep[a] = true
+		}
+	}
+	for _, a := range addrs {
+		if len(keep) < max {
+			keep[a] = true
+		}
+	}
+	kept := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return !keep[a] })
+	return kept, len(addrs) - len(kept)
 }
 
 // initial runs the first lookup before the node starts, so that its bootstrap syncs
@@ -174,8 +223,8 @@ func (d *discoverer) stop() {
 
 // discoveryCollector exports the refresh's state on /metrics.
 type discoveryCollector struct {
-	d                                   *discoverer
-	lookups, interval, lastSuccess, num *prometheus.Desc
+	d                                            *discoverer
+	lookups, interval, lastSuccess, num, refused *prometheus.Desc
 }
 
 func newDiscoveryCollector(d *discoverer) *discoveryCollector {
@@ -188,7 +237,9 @@ func newDiscoveryCollector(d *discoverer) *discoveryCollector {
 		lastSuccess: prometheus.NewDesc("fanout_peers_dns_last_success_timestamp_seconds",
 			"When the last successful lookup ended (0: none yet since the start).", nil, nil),
 		num: prometheus.NewDesc("fanout_peers_dns_addresses",
-			"Peer addresses the last successful lookup found, this node left out.", nil, nil),
+			"Peer addresses the last successful lookup found, this node left out, at most --max-peers.", nil, nil),
+		refused: prometheus.NewDesc("fanout_peers_dns_refused_addresses",
+			"Addresses the last successful lookup found past --max-peers, refused (not peers).", nil, nil),
 	}
 }
 
@@ -197,6 +248,7 @@ func (c *discoveryCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.interval
 	ch <- c.lastSuccess
 	ch <- c.num
+	ch <- c.refused
 }
 
 func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
@@ -216,7 +268,8 @@ func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.lastSuccess, prometheus.GaugeValue, last)
 	c.d.mu.Lock()
-	n := len(c.d.found)
+	n, refused := len(c.d.found), c.d.refused
 	c.d.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.num, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.GaugeValue, float64(refused))
 }

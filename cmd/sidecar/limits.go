@@ -19,4 +19,8 @@ func addLimitFlags(fs *pflag.FlagSet, c *fanout.Config) {
 	fs.IntVar(&c.Batcher.MaxBufferBytes, "max-buffer-bytes", c.Batcher.MaxBufferBytes,
 		"bytes of events pending per peer before the oldest is evicted, beside --max-buffer's count (10,000 events of 6.5 KiB; "+
 			"a dead peer costs at most this)")
+	fs.IntVar(&c.MaxPendingBytes, "max-pending-bytes", 0,
+		"bytes of events pending for all peers together, each event counted once per peer plus ~200 bytes of bookkeeping; at the bound "+
+			"the peers over their share lose their oldest events (anti-entropy repairs them), and peers that are down keep to half of it "+
+			"(0: a quarter of the memory limit (--memory-limit, GOMEMLIMIT or the container's), or 256 MiB without one)")
 }

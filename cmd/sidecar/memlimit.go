@@ -67,3 +67,19 @@ func parseSize(s string) (int64, error) {
 	}
 	return 0, fmt.Errorf("no unit")
 }
+
+// defaultPendingBytes is --max-pending-bytes without a memory limit: 256 MiB holds
+// about a million events of 100 bytes pending, for one peer or spread over many.
+const defaultPendingBytes = 256 << 20
+
+// pendingBudget decides --max-pending-bytes when it is not given, from Go's memory
+// limit (math.MaxInt64: none): a quarter of it, leaving the rest to the state table,
+// the connections and the collector's headroom; without a limit, 256 MiB. It returns
+// the bytes and what to log.
+func pendingBudget(memLimit int64) (int, string) {
+	if memLimit <= 0 || memLimit == math.MaxInt64 {
+		return defaultPendingBytes, fmt.Sprintf("pending events bounded at %d MiB for all peers (--max-pending-bytes; no memory limit)", defaultPendingBytes>>20)
+	}
+	b := int(min(memLimit/4, math.MaxInt32))
+	return b, fmt.Sprintf("pending events bounded at %d MiB for all peers: a quarter of the memory limit (--max-pending-bytes)", b>>20)
+}

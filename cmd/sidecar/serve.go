@@ -172,6 +172,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.memoryNote != "" {
 		log.Info(o.memoryNote)
 	}
+	if o.node.MaxPendingBytes == 0 { // not given: from the memory limit set above
+		var note string
+		o.node.MaxPendingBytes, note = pendingBudget(debug.SetMemoryLimit(-1))
+		log.Info(note)
+	}
 	list, err := peers.ParseList(o.peers)
 	if err != nil {
 		return err

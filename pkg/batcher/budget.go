@@ -132,3 +132,7 @@ func (b *Budget) nudge() {
 func taskOverhead[T any]() int {
 	return int(unsafe.Sizeof(holder[T]{}) + 2*unsafe.Sizeof(idSlot[T]{}))
 }
+
+// TaskOverhead is what the budget charges for a pending task beside its Size: the
+// bytes of its holder and index slots. A budget must hold at least one task.
+func TaskOverhead[T any]() int { return taskOverhead[T]() }

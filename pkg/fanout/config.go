@@ -46,9 +46,14 @@ type Config struct {
 	// caller refreshes at once, so the new node gets this node's events without
 	// waiting for the next refresh.
 	OnUnknownPeer func(nodeID string)
-	// Batcher configures every per-peer batcher. Now, Logger and OnFinal are set by
-	// the Node.
+	// Batcher configures every per-peer batcher. Now, Logger, OnFinal and Budget are
+	// set by the Node.
 	Batcher batcher.Config[outEvent]
+	// MaxPendingBytes bounds the events pending for all peers together (budget.go):
+	// each event's bytes once per peer it waits for, plus its bookkeeping (~200
+	// bytes). 256 MiB: the sidecar sets a quarter of its memory limit when it has
+	// one. At the bound, the peers over their share lose their oldest events.
+	MaxPendingBytes int
 	// Breaker configures every peer's circuit breaker (SPEC §5). Name, IsFailure,
 	// IsExcluded and OnStateChange are set by the Node.
 	Breaker breaker.Config
@@ -112,6 +117,7 @@ func DefaultConfig() Config {
 		AntiEntropyInterval: 30 * time.Second,
 		SyncTimeout:         30 * time.Second,
 		PeerRemovalGrace:    30 * time.Second,
+		MaxPendingBytes:     256 << 20,
 		State:               state.DefaultConfig(),
 		Limits:              DefaultLimits(),
 	}
@@ -167,6 +173,11 @@ func (c *Config) validateBytes() []error {
 			errs = append(errs, configerr.New("fanout.Config.Limits.MaxRequestBytes",
 				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id and attributes: at least %d, got %d",
 				c.Limits.MaxEventBytes, need, c.Limits.MaxRequestBytes))
+		}
+		if need := c.pendingBudgetBytes(); c.MaxPendingBytes < need {
+			errs = append(errs, configerr.New("fanout.Config.MaxPendingBytes",
+				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id, attributes and bookkeeping: at least %d, got %d",
+				c.Limits.MaxEventBytes, need, c.MaxPendingBytes))
 		}
 		if need := replicateItemBytes(ev); c.Batcher.MaxBufferBytes < need {
 			errs = append(errs, configerr.New("batcher.Config.MaxBufferBytes",

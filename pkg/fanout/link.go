@@ -136,6 +136,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 	// this batcher has this node as its origin, so the version alone decides.
 	bc.Newer = func(a, b *batcher.Task[outEvent]) bool { return a.Value.version > b.Value.version }
 	bc.Size = outItemBytes // --max-batch-bytes and --max-buffer-bytes count the bytes sent
+	bc.Budget = n.budget   // --max-pending-bytes: all peers together
 	b, err := batcher.New(bc, l)
 	if err != nil {
 		conn.Close()

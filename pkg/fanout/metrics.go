@@ -15,8 +15,9 @@ import (
 // the batcher's counters as in PeerStatus, received events as ItemStatus, submitted
 // ones as EventOutcome.
 type Collector struct {
-	node *Node
-	d    descs
+	node   *Node
+	d      descs
+	budget budgetDescs // budget.go
 }
 
 type descs struct {
@@ -39,7 +40,7 @@ func NewCollector(n *Node) *Collector {
 	g := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
-	return &Collector{node: n, d: descs{
+	return &Collector{node: n, budget: newBudgetDescs(), d: descs{
 		peers: g("fanout_peers", "1 per peer in this node's peer set; 0 for a peer that left it (DNS no longer names it) and is still sent "+
 			"what it had pending, for up to --peer-removal-grace. peer_id is its node id once it has answered.", peer...),
 		conflict: g("fanout_peer_node_id_conflict",
@@ -152,6 +153,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- d.syncLimited
 	ch <- d.syncTimeouts
+	c.budget.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -196,6 +198,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.setChanges, n.members.removed.Load(), "removed")
 	counter(d.setChanges, n.members.returned.Load(), "returned")
 	counter(d.removedDropped, n.members.dropped.Load())
+	c.budget.collect(n, ch)
 	counter(d.relayed, n.relayed.Load())
 	counter(d.versions, n.versionsRefused.app.Load(), "app")
 	counter(d.versions, n.versionsRefused.peer.Load(), "peer")

@@ -71,6 +71,8 @@ type Node struct {
 	// Written by New, then only under members.mu (SetPeers, self-removal; members.go).
 	links   atomic.Pointer[[]*link]
 	members members
+	// budget bounds the events pending for every peer together (budget.go).
+	budget *batcher.Budget
 	// incarnation is drawn at random when the node starts, never 0: a peer that
 	// answers with this node's id and another incarnation is another process.
 	incarnation uint64
@@ -129,6 +131,9 @@ func New(cfg Config) (*Node, error) {
 		incarnation: rand.Uint64() | 1,
 	}
 	n.members.init()
+	if n.budget, err = newBudget(&n.cfg); err != nil {
+		return nil, err
+	}
 	n.readiness.done = make(chan struct{})
 	if n.syncer, err = n.newSyncer(); err != nil {
 		return nil, err
