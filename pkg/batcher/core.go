@@ -108,23 +108,26 @@ type core[T any] struct {
 // newCore builds the core of a validated configuration.
 func newCore[T any](cfg *Config[T]) *core[T] {
 	return &core[T]{
-		maxBuffer:       cfg.MaxBuffer,
-		maxBatch:        cfg.MaxBatch,
-		maxBufferBytes:  cfg.MaxBufferBytes,
-		maxBatchBytes:   cfg.MaxBatchBytes,
-		size:            cfg.Size,
-		delay:           cfg.MaxBatchingDelay,
-		idleFlush:       cfg.IdleFlush,
-		gate:            cfg.Gate,
-		newer:           cfg.Newer,
-		onFinal:         cfg.OnFinal,
-		log:             rateLog{logger: cfg.Logger, interval: time.Second},
-		splitRecovery:   splitRecovery,
-		budget:          cfg.Budget,
-		acct:            cfg.Budget.open(), // nil without a budget
-		overhead:        taskOverhead[T](),
-		maxFree:         max(cfg.MaxBatch*cfg.Workers, 1024),
-		ids:             newIDIndex[T](min(cfg.MaxBuffer, 1024)),
+		maxBuffer:      cfg.MaxBuffer,
+		maxBatch:       cfg.MaxBatch,
+		maxBufferBytes: cfg.MaxBufferBytes,
+		maxBatchBytes:  cfg.MaxBatchBytes,
+		size:           cfg.Size,
+		delay:          cfg.MaxBatchingDelay,
+		idleFlush:      cfg.IdleFlush,
+		gate:           cfg.Gate,
+		newer:          cfg.Newer,
+		onFinal:        cfg.OnFinal,
+		log:            rateLog{logger: cfg.Logger, interval: time.Second},
+		splitRecovery:  splitRecovery,
+		budget:         cfg.Budget,
+		acct:           cfg.Budget.open(), // nil without a budget
+		overhead:       taskOverhead[T](),
+		maxFree:        max(cfg.MaxBatch*cfg.Workers, 1024),
+		// The least index: it doubles as pending grows, once per batcher, and a peer
+		// that never holds much (most of a node's, with hundreds of peers) costs 256
+		// bytes, not the 32 KiB of an index sized for 1,024 tasks.
+		ids:             newIDIndex[T](0),
 		idle:            cfg.Workers,
 		batchLimit:      cfg.MaxBatch,
 		batchBytesLimit: cfg.MaxBatchBytes,
@@ -521,6 +524,12 @@ func (c *core[T]) complete(b *batch[T], now time.Time) {
 		c.retryAll(b)
 	default: // Permanent, a Success with the wrong number of items, an unknown class
 		c.dropAll(b, now)
+	}
+	if r.Class == NetworkFailure {
+		// Not kept: a peer that is down would keep Workers batches of the largest
+		// size it was ever sent (~270 KiB with the defaults) for as long as it is
+		// down; with hundreds of such peers that is most of a node's memory.
+		return
 	}
 	c.recycleBatch(b)
 }
