@@ -157,6 +157,46 @@ func BenchmarkEnqueueCore(b *testing.B) {
 	}
 }
 
+// BenchmarkEnqueueCoreBudget is BenchmarkEnqueueCore with a node budget shared by 300
+// accounts (a node's peers) and Size set: what the budget adds to the hot path, one
+// overBudget check per task and one flush per step. budget=roomy is never full;
+// budget=full is over half its limit all the time (the other accounts hold it), so
+// every check reads the shaper and the share.
+func BenchmarkEnqueueCoreBudget(b *testing.B) {
+	for _, full := range []bool{false, true} {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("budget=%s/batch=%d", map[bool]string{false: "roomy", true: "full"}[full], n), func(b *testing.B) {
+				cfg := DefaultConfig[int]()
+				cfg.Size = func(int) int { return 100 }
+				budget, err := NewBudget(256 << 20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg.Budget = budget
+				for range 299 {
+					budget.open()
+				}
+				if full {
+					budget.used.Add(int64(budget.limit) * 3 / 4)
+				}
+				c := newCore(&cfg)
+				offers := benchOffers(max(1, 1<<16/n), n)
+				items := make([]ItemOutcome, cfg.MaxBatch)
+				now := time.Now()
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					c.accept(offers[i%len(offers)], now)
+					for bt, ok := c.assign(now); ok; bt, ok = c.assign(now) {
+						bt.result = Result{Class: Success, Items: items[:len(bt.tasks)]}
+						c.complete(bt, now)
+					}
+				}
+				reportPerTask(b, n)
+			})
+		}
+	}
+}
+
 // BenchmarkCoalesce offers the same IDs again and again while they wait: every
 // task after the first offer overrides one in pending.
 func BenchmarkCoalesce(b *testing.B) {

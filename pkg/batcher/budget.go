@@ -3,6 +3,7 @@ package batcher
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/fanout/fanout/pkg/configerr"
@@ -48,6 +49,8 @@ type Budget struct {
 	used    atomic.Int64  // sum of the accounts' charged
 	evicted atomic.Uint64 // tasks evicted or refused for the budget, by every batcher so far
 	n       atomic.Int64  // len(accounts), read by share without the lock
+	// nudgedAt is when nudge last scanned the accounts (unix nanos).
+	nudgedAt atomic.Int64
 
 	mu       sync.Mutex
 	accounts map[*account]struct{} // guarded by mu
@@ -109,10 +112,21 @@ func (b *Budget) close(a *account) {
 // members is how many batchers share the budget (at least 1).
 func (b *Budget) members() int { return max(int(b.n.Load()), 1) }
 
+// nudgeEvery spaces the nudges: while the budget is over half its limit, every
+// charge would nudge, and each nudge scans the accounts (2 µs for 300). Every Submit
+// steps every batcher anyway; a nudge only makes the ones that get no offers (peers
+// leaving the set) and a quiet node shed, for which 100ms is soon enough.
+const nudgeEvery = 100 * time.Millisecond
+
 // nudge wakes every account over its share of half the limit, so that a held one
-// among them sheds at once rather than at its next offer. Called when a charge took
-// the budget over half its limit.
-func (b *Budget) nudge() {
+// among them sheds at once rather than at its next offer; at most once per
+// nudgeEvery (now is the caller's clock). Called when a charge took the budget over
+// half its limit.
+func (b *Budget) nudge(now time.Time) {
+	t, last := now.UnixNano(), b.nudgedAt.Load()
+	if t-last < int64(nudgeEvery) && t >= last || !b.nudgedAt.CompareAndSwap(last, t) {
+		return
+	}
 	share := int64(b.limit / 2 / b.members())
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -59,6 +59,11 @@ type core[T any] struct {
 	// Invariant: charged == acct.charged; charged == charge() after each entry
 	// point (accept, drainReprocess, shed, assign, stopAll).
 	charged int
+	// heldAt and held cache hold(now) > 0 for overBudget, which asks once per task:
+	// valid while heldAt == now and heldOK (complete, which arms the shaper, clears
+	// it), so one step reads the gate (a breaker's lock) once.
+	heldAt       time.Time
+	held, heldOK bool
 	// maxFree bounds the recycled holders kept in free (nfree), so that a peer
 	// whose pending once held many tasks does not keep their holders.
 	// Invariant: 0 <= nfree <= maxFree.
@@ -262,10 +267,18 @@ func (c *core[T]) overBudget(extra int, now time.Time) bool {
 	if total <= limit/2 {
 		return false
 	}
-	if c.hold(now) > 0 {
+	if c.isHeld(now) {
 		limit /= 2
 	}
 	return total > limit && mine > limit/c.budget.members()
+}
+
+// isHeld is hold(now) > 0, read once per now (heldAt).
+func (c *core[T]) isHeld(now time.Time) bool {
+	if !c.heldOK || !c.heldAt.Equal(now) {
+		c.heldAt, c.held, c.heldOK = now, c.hold(now) > 0, true
+	}
+	return c.held
 }
 
 // flush tells the budget what pending costs now. A charge that takes the budget
@@ -283,7 +296,7 @@ func (c *core[T]) flush() {
 	c.charged = mine
 	c.acct.charged.Store(int64(mine))
 	if used := c.budget.used.Add(int64(d)); d > 0 && used > int64(c.budget.limit/2) {
-		c.budget.nudge()
+		c.budget.nudge(c.heldAt)
 	}
 }
 
@@ -504,6 +517,7 @@ func (c *core[T]) take(h *holder[T], b *batch[T]) {
 // batch's IDs, records fates, queues retries for drainReprocess and arms the shaper.
 func (c *core[T]) complete(b *batch[T], now time.Time) {
 	c.idle++
+	c.heldOK = false // the shaper may change
 	for _, h := range b.slots {
 		c.land(h)
 	}

@@ -1,0 +1,72 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/peers"
+)
+
+// TestPendingBudget: a node with one live peer and 20 that never answer, and a
+// budget of 256 KiB for all of them, is sent 2,000 events. The dead peers' queues
+// stay within the budget, losing their oldest events (counted); the live peer gets
+// every event; once the dead peers leave the set, their charge goes with them.
+func TestPendingBudget(t *testing.T) {
+	const limit, events, perReq = 256 << 10, 2000, 100
+	fake := peers.NewFakeNetwork()
+	addrs := []string{"b"}
+	for i := range 20 {
+		addrs = append(addrs, fmt.Sprintf("dead%d", i)) // no handler: connection refused
+	}
+	a := fakeMember(t, fake, "a", "a", addrs, func(c *Config) {
+		c.MaxPendingBytes, c.PeerRemovalGrace, c.Limits.MaxEventBytes = limit, 0, 1024
+	})
+	b := fakeMember(t, fake, "b", "b", nil, nil)
+	for i := 0; i < events; i += perReq {
+		req := &fanoutv1.SubmitRequest{}
+		for k := i; k < i+perReq; k++ {
+			req.Events = append(req.Events, ev(fmt.Sprintf("budget/%05d", k), "a payload of some thirty bytes."))
+		}
+		if _, err := a.app.Submit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every peer to take every event", func() bool {
+		for _, p := range a.node.Status().GetPeers() {
+			if p.GetAccepted() != events || p.GetAcceptorQueue() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "b to hold every event", func() bool {
+		for k := range events {
+			if !has(b, fmt.Sprintf("budget/%05d", k)) {
+				return false
+			}
+		}
+		return true
+	})
+	st := a.node.PendingBudget()
+	// Within the limit once every batcher has taken a step, but for one task each.
+	task := replicateItemBytes(1024) + batcher.TaskOverhead[outEvent]()
+	if st.Limit != limit || st.Accounts != 21 || st.Used > limit+int64(21*task) || st.Evicted == 0 {
+		t.Errorf("budget %+v: want its limit %d over 21 peers, used within it, events evicted", st, limit)
+	}
+	if p := peerByAddr(a.node.Status(), "b"); p.GetOverflow() != 0 || p.GetSucceeded() != events {
+		t.Errorf("live peer b: %v, want every event succeeded, none evicted", p)
+	}
+	if err := a.node.SetPeers([]string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead peers' charge to go with them", func() bool {
+		s := a.node.PendingBudget()
+		return s.Accounts == 1 && s.Used == 0
+	})
+	if n := seriesOf(t, a.node, "dead0"); n != 0 {
+		t.Errorf("%d series of a dead peer that left", n)
+	}
+}
