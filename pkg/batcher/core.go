@@ -64,10 +64,6 @@ type core[T any] struct {
 	// it), so one step reads the gate (a breaker's lock) once.
 	heldAt       time.Time
 	held, heldOK bool
-	// maxFree bounds the recycled holders kept in free (nfree), so that a peer
-	// whose pending once held many tasks does not keep their holders.
-	// Invariant: 0 <= nfree <= maxFree.
-	nfree, maxFree int
 
 	// ids maps every task_id that is pending, in flight or both to its holder, so
 	// that a task costs a lookup, an insert and a delete from Offer to fate (ids.go).
@@ -128,7 +124,6 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		budget:         cfg.Budget,
 		acct:           cfg.Budget.open(), // nil without a budget
 		overhead:       taskOverhead[T](),
-		maxFree:        max(cfg.MaxBatch*cfg.Workers, 1024),
 		// The least index: it doubles as pending grows, once per batcher, and a peer
 		// that never holds much (most of a node's, with hundreds of peers) costs 256
 		// bytes, not the 32 KiB of an index sized for 1,024 tasks.
@@ -802,7 +797,6 @@ func (c *core[T]) newHolder(t *Task[T], arrived time.Time) *holder[T] {
 	h := c.free
 	if h != nil {
 		c.free, h.next = h.next, nil
-		c.nfree--
 	} else {
 		h = new(holder[T])
 	}
@@ -810,16 +804,10 @@ func (c *core[T]) newHolder(t *Task[T], arrived time.Time) *holder[T] {
 	return h
 }
 
-// release recycles h, forgetting its task so the value can be collected; past
-// maxFree recycled holders, h is left to the collector.
+// release recycles h, forgetting its task so the value can be collected.
 func (c *core[T]) release(h *holder[T]) {
-	if c.nfree >= c.maxFree {
-		*h = holder[T]{}
-		return
-	}
 	*h = holder[T]{next: c.free}
 	c.free = h
-	c.nfree++
 }
 
 // newBatch returns an empty recycled or new batch.
