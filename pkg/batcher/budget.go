@@ -23,9 +23,9 @@ import (
 // owns: while the batchers together hold more than Limit, a batcher holding more
 // than its share (Limit over the batchers) evicts its oldest pending tasks
 // (FateOverflow, counted in Stats.BudgetEvicted) down to its share, or until the
-// total is within Limit. A batcher whose dispatch is held (its peer is down: the
-// breaker is open, or it is paused after a failure) applies the same rule to half
-// of Limit. So:
+// total is within Limit. A batcher that is not sending (its last batch failed to
+// reach the peer, or its dispatch is held: the breaker is open, or it is paused
+// after a failure) applies the same rule to half of Limit. So:
 //   - a batcher within its share always gets room for an arrival (one with nothing
 //     pending gets room for one task whatever its size): the batchers over their
 //     share make that room, at their next step. The budget wakes them (Offer steps

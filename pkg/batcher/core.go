@@ -59,9 +59,13 @@ type core[T any] struct {
 	// Invariant: charged == acct.charged; charged == charge() after each entry
 	// point (accept, drainReprocess, shed, assign, stopAll).
 	charged int
-	// heldAt and held cache hold(now) > 0 for overBudget, which asks once per task:
-	// valid while heldAt == now and heldOK (complete, which arms the shaper, clears
-	// it), so one step reads the gate (a breaker's lock) once.
+	// failing: the last batch that completed did not reach the peer (NetworkFailure
+	// or Congestion); a Success clears it. With hold, it tells the budget that this
+	// batcher is not sending (isHeld), also between its pauses.
+	failing bool
+	// heldAt and held cache isHeld for overBudget, which asks once per task: valid
+	// while heldAt == now and heldOK (complete, which changes failing and arms the
+	// shaper, clears it), so one step reads the gate (a breaker's lock) once.
 	heldAt       time.Time
 	held, heldOK bool
 
@@ -248,10 +252,11 @@ func (c *core[T]) charge() int { return c.bytes + c.overhead*c.order.n }
 
 // overBudget reports whether pending, extra bytes more, would be over budget: the
 // batchers together over its limit, and this one over its share of it (the limit
-// over the accounts). A batcher whose dispatch is held (hold: a peer that is down,
-// or paused after a failure) sees half the limit: the peers that are not sending
-// keep to half the budget, so the ones that are have the other half for their
-// bursts. False without a budget. The others' part is what they last flushed.
+// over the accounts). A batcher that is not sending (isHeld: its last batch failed,
+// or its dispatch is held, a peer that is down or paused) sees half the limit: the
+// peers that are not sending keep to half the budget, so the ones that are have the
+// other half for their bursts. False without a budget. The others' part is what
+// they last flushed.
 func (c *core[T]) overBudget(extra int, now time.Time) bool {
 	if c.budget == nil {
 		return false
@@ -268,10 +273,11 @@ func (c *core[T]) overBudget(extra int, now time.Time) bool {
 	return total > limit && mine > limit/c.budget.members()
 }
 
-// isHeld is hold(now) > 0, read once per now (heldAt).
+// isHeld reports whether this batcher is not sending, for the budget: its last
+// batch failed (failing), or dispatch is held (hold). Read once per now (heldAt).
 func (c *core[T]) isHeld(now time.Time) bool {
 	if !c.heldOK || !c.heldAt.Equal(now) {
-		c.heldAt, c.held, c.heldOK = now, c.hold(now) > 0, true
+		c.heldAt, c.held, c.heldOK = now, c.failing || c.hold(now) > 0, true
 	}
 	return c.held
 }
@@ -512,22 +518,25 @@ func (c *core[T]) take(h *holder[T], b *batch[T]) {
 // batch's IDs, records fates, queues retries for drainReprocess and arms the shaper.
 func (c *core[T]) complete(b *batch[T], now time.Time) {
 	c.idle++
-	c.heldOK = false // the shaper may change
+	c.heldOK = false // failing and the shaper may change
 	for _, h := range b.slots {
 		c.land(h)
 	}
 	r, n := &b.result, len(b.tasks)
 	switch {
 	case r.Class == Success && len(r.Items) == n:
+		c.failing = false
 		c.applyItems(b, now)
 		c.recover(now)
 	case r.Class == TooLarge:
 		c.tooLarge(b, now)
 	case r.Class == Congestion:
+		c.failing = true
 		c.st.Congestion += uint64(n)
 		c.shaper.congestion(now)
 		c.retryAll(b)
 	case r.Class == NetworkFailure:
+		c.failing = true
 		c.st.Transient += uint64(n)
 		c.shaper.networkFailure(now)
 		c.retryAll(b)

@@ -47,9 +47,9 @@ completions, Drain requests and one timer, and after each event runs one step:
     Budget with its pending tasks (their sizes, plus what a holder costs). While
     the batchers together hold more than its limit, one over its share (the limit
     over the batchers) evicts its oldest tasks (FateOverflow, counted in
-    BudgetEvicted); a batcher whose dispatch is held (its peer is down) does the
-    same against half the limit, so the peers that are sending keep the other half
-    for their bursts. A batcher within its share always gets room: the others
+    BudgetEvicted); a batcher that is not sending (its last batch failed, or its
+    dispatch is held) does the same against half the limit, so the peers that are
+    sending keep the other half for their bursts. A batcher within its share always gets room: the others
     make it at their next step, woken by the budget. See Budget.
   - Step 3: ask the traffic shaper and the optional Gate (the circuit breaker)
     whether to hold; if so, assign nothing and set the timer for the end of the hold.

@@ -33,6 +33,7 @@ type refModel struct {
 	recovery  time.Duration
 	budget    budgetSetup // limit 0: no budget
 	others    int         // what the budget's other accounts hold
+	failing   bool        // the last batch completed did not reach the peer (network or congestion)
 }
 
 type refBatch struct {
@@ -75,7 +76,7 @@ func (m *refModel) overBudget(extra int, now time.Time) bool {
 		return false
 	}
 	mine, limit := m.cost(extra), m.budget.limit
-	if m.paused(now) {
+	if m.paused(now) || m.failing {
 		limit /= 2
 	}
 	return m.others+mine > limit && mine > limit/m.budget.accounts
@@ -332,6 +333,7 @@ func (m *refModel) complete(i int, r Result, now time.Time) {
 			retry(j)
 		}
 	case r.Class == Success && len(r.Items) == len(b.tasks):
+		m.failing = false
 		if (m.limit < m.cfg.MaxBatch || m.byteLimit < m.cfg.MaxBatchBytes) && now.Sub(m.splitAt) >= m.recovery {
 			m.limit = min(m.cfg.MaxBatch, 2*m.limit)
 			m.byteLimit = min(m.cfg.MaxBatchBytes, 2*m.byteLimit)
@@ -355,12 +357,14 @@ func (m *refModel) complete(i int, r Result, now time.Time) {
 			}
 		}
 	case r.Class == Congestion:
+		m.failing = true
 		m.st.Congestion += uint64(len(b.tasks))
 		m.lastCong = now
 		for j := range b.tasks {
 			retry(j)
 		}
 	case r.Class == NetworkFailure:
+		m.failing = true
 		m.st.Transient += uint64(len(b.tasks))
 		m.lastNet = now
 		for j := range b.tasks {

@@ -11,11 +11,14 @@ import (
 )
 
 // TestPendingBudget: a node with one live peer and 20 that never answer, and a
-// budget of 256 KiB for all of them, is sent 2,000 events. The dead peers' queues
-// stay within the budget, losing their oldest events (counted); the live peer gets
-// every event; once the dead peers leave the set, their charge goes with them.
+// budget of 2 MiB for all of them, is sent 2,000 events (~10 MiB pending for the
+// dead peers without the budget). The dead peers' queues stay within the budget,
+// losing their oldest events (counted); the live peer, whose whole backlog (~0.5
+// MiB, should its acceptor take every Submit in one step) fits in the half the dead
+// ones leave it, gets every event; once the dead peers leave the set, their charge
+// goes with them.
 func TestPendingBudget(t *testing.T) {
-	const limit, events, perReq = 256 << 10, 2000, 100
+	const limit, events, perReq = 2 << 20, 2000, 100
 	fake := peers.NewFakeNetwork()
 	addrs := []string{"b"}
 	for i := range 20 {
