@@ -190,6 +190,9 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if disc != nil {
 		o.node.Peers = disc.initial(ctx)
 		o.node.OnUnknownPeer = func(string) { disc.trigger() }
+		// Peers DNS no longer names leave with their queues and goroutines; give
+		// their memory back at once (issue 25: RSS stayed up after DNS shrank).
+		o.node.ReturnMemory = debug.FreeOSMemory
 		collectors = append(collectors, newDiscoveryCollector(disc))
 	}
 	inst, err := startInstance(instanceConfig{

@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -16,7 +17,7 @@ import (
 // losing their oldest events (counted); the live peer, whose whole backlog (~0.5
 // MiB, should its acceptor take every Submit in one step) fits in the half the dead
 // ones leave it, gets every event; once the dead peers leave the set, their charge
-// goes with them.
+// goes with them, and Config.ReturnMemory is called once for the 20.
 func TestPendingBudget(t *testing.T) {
 	const limit, events, perReq = 2 << 20, 2000, 100
 	fake := peers.NewFakeNetwork()
@@ -24,7 +25,9 @@ func TestPendingBudget(t *testing.T) {
 	for i := range 20 {
 		addrs = append(addrs, fmt.Sprintf("dead%d", i)) // no handler: connection refused
 	}
+	var returned atomic.Int64
 	a := fakeMember(t, fake, "a", "a", addrs, func(c *Config) {
+		c.ReturnMemory = func() { returned.Add(1) }
 		c.MaxPendingBytes, c.PeerRemovalGrace, c.Limits.MaxEventBytes = limit, 0, 1024
 	})
 	b := fakeMember(t, fake, "b", "b", nil, nil)
@@ -59,8 +62,9 @@ func TestPendingBudget(t *testing.T) {
 	if st.Limit != limit || st.Accounts != 21 || st.Used > limit+int64(21*task) || st.Evicted == 0 {
 		t.Errorf("budget %+v: want its limit %d over 21 peers, used within it, events evicted", st, limit)
 	}
-	if p := peerByAddr(a.node.Status(), "b"); p.GetOverflow() != 0 || p.GetSucceeded() != events {
-		t.Errorf("live peer b: %v, want every event succeeded, none evicted", p)
+	waitFor(t, "a to see b's answers", func() bool { return peerByAddr(a.node.Status(), "b").GetSucceeded() == events })
+	if p := peerByAddr(a.node.Status(), "b"); p.GetOverflow() != 0 {
+		t.Errorf("live peer b: %v, want none evicted", p)
 	}
 	if err := a.node.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
@@ -69,6 +73,7 @@ func TestPendingBudget(t *testing.T) {
 		s := a.node.PendingBudget()
 		return s.Accounts == 1 && s.Used == 0
 	})
+	waitFor(t, "the memory of the 20 peers that left to be returned, once", func() bool { return returned.Load() == 1 })
 	if n := seriesOf(t, a.node, "dead0"); n != 0 {
 		t.Errorf("%d series of a dead peer that left", n)
 	}

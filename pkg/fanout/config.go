@@ -49,6 +49,12 @@ type Config struct {
 	// Batcher configures every per-peer batcher. Now, Logger, OnFinal and Budget are
 	// set by the Node.
 	Batcher batcher.Config[outEvent]
+	// ReturnMemory, if set, is called once the links of peers that left the set are
+	// closed (once for several that leave together, when the last of them has
+	// closed), so that the process can give the memory they held back to the OS: the
+	// runtime would keep it until its heap goal shrinks. The sidecar passes
+	// debug.FreeOSMemory. It runs on the goroutine that closed the last link.
+	ReturnMemory func()
 	// MaxPendingBytes bounds the events pending for all peers together (budget.go):
 	// each event's bytes once per peer it waits for, plus its bookkeeping (~200
 	// bytes). 256 MiB: the sidecar sets a quarter of its memory limit when it has

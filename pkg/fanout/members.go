@@ -43,6 +43,9 @@ type members struct {
 	selfQ []*link
 	// closed: Close has begun; the set no longer changes.
 	closed bool
+	// closing counts the links out of leaving whose close has not returned yet;
+	// guarded by mu. The last to close calls Config.ReturnMemory (startLeaving).
+	closing int
 
 	kick    chan struct{} // cap 1: selfQ has links for run
 	syncNew chan *link    // links added while running: an anti-entropy round each, soon
@@ -166,8 +169,10 @@ func (n *Node) startLeaving(l *link) {
 			return
 		}
 		delete(m.leaving, l.addr)
+		m.closing++
 		m.mu.Unlock()
 		l.close() // what is left ends FateStopped: DROPPED "peer removed" to ack waiters
+		n.closedLeaving()
 		dropped := l.stopped.Load()
 		m.dropped.Add(dropped)
 		attrs := []any{"peer", l.addr, "node_id", l.peerNodeID(), "dropped", dropped, "after", n.cfg.Now().Sub(lv.since).String()}
@@ -180,6 +185,20 @@ func (n *Node) startLeaving(l *link) {
 				"gets them by anti-entropy)", append(attrs, "err", fmt.Sprint(err))...)
 		}
 	}()
+}
+
+// closedLeaving is called after a leaving link has closed: once no other leaving
+// link is still open or closing, the memory they held may go back to the OS
+// (Config.ReturnMemory).
+func (n *Node) closedLeaving() {
+	m := &n.members
+	m.mu.Lock()
+	m.closing--
+	last := m.closing == 0 && len(m.leaving) == 0
+	m.mu.Unlock()
+	if last && n.cfg.ReturnMemory != nil && n.ctx.Err() == nil {
+		n.cfg.ReturnMemory()
+	}
 }
 
 // run removes the links found to be this node.
