@@ -13,13 +13,26 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-func ackSubmit(t *testing.T, c *cluster, from int, p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) (*fanoutv1.SubmitResponse, time.Duration) {
-	t.Helper()
+// ackSubmitMargin is how much longer than its ack_timeout a Submit's call deadline
+// is: the node answers at the ack_timeout with the PeerAck list, which must still
+// reach the caller on a slow machine.
+const ackSubmitMargin = 10 * time.Second
+
+// ackRequest is a Submit of one event per id with ack policy p and ack_timeout timeout.
+func ackRequest(p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) *fanoutv1.SubmitRequest {
 	req := &fanoutv1.SubmitRequest{Ack: p, AckTimeout: durationpb.New(timeout)}
 	for _, id := range ids {
 		req.Events = append(req.Events, &fanoutv1.Event{TaskId: id, Payload: []byte("v")})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	return req
+}
+
+// ackSubmit submits ackRequest(p, timeout, ids...) to node from, fails the test on an
+// error, and returns the answer and how long it took.
+func ackSubmit(t *testing.T, c *cluster, from int, p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) (*fanoutv1.SubmitResponse, time.Duration) {
+	t.Helper()
+	req := ackRequest(p, timeout, ids...)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+ackSubmitMargin)
 	defer cancel()
 	start := time.Now()
 	resp, err := c.client(from).Submit(ctx, req)
