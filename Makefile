@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test test-stress deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -25,6 +25,14 @@ demo: build
 ## every test (unit, handler, fuzz seeds, end-to-end) with the race detector, and the
 ## packaging (Dockerfile, Kubernetes manifests)
 test: fmt-check docs-check vet lint check-generated deps unit manifests
+
+## test-stress: the end-to-end tests (test/e2e) as on a busy 2-core CI machine, under
+## HOGS (default 2) CPU hogs: test/stress.sh starts that many busy loops, runs the
+## tests, and kills the loops however the tests end (pass, failure, Ctrl-C, SIGTERM;
+## a loop whose script was SIGKILLed ends within a second). Deps as for make test.
+HOGS ?= 2
+test-stress: deps
+	HOGS=$(HOGS) bash test/stress.sh $(GO) -C test test -race -count=1 -timeout=30m ./e2e/
 
 ## deps: install the test tools Go does not bring (promtool, Python's grpc, Node.js and
 ## examples/node's packages by npm ci), if missing or stale
