@@ -36,6 +36,10 @@ const readinessService = "fanout.v1.FanoutService"
 const (
 	readyTimeout = 15 * time.Second // from exec to a health service SERVING
 	exitTimeout  = 15 * time.Second // from a signal to process exit (beyond --shutdown-timeout)
+	// stepTimeout: for a node to show one step of its own (a stream registered or
+	// gone, a worker busy, every thread stopped): a local call and scheduling, which
+	// a loaded machine delays by seconds.
+	stepTimeout  = 15 * time.Second
 	pollInterval = 10 * time.Millisecond
 	logTailBytes = 32 << 10 // how much of a node's log a failed test prints
 )
@@ -421,10 +425,15 @@ func (n *node) signal(sig syscall.Signal) {
 		n.t.Fatalf("node %d: signal %s: %v", n.index, sig, err)
 	}
 	if sig == syscall.SIGSTOP {
-		eventually(n.t, 5*time.Second, fmt.Sprintf("node %d (%s) to stop", n.index, n.spec.ID), func() error {
-			return allStopped(n.cmd.Process.Pid)
-		})
+		waitStopped(n.t, n.cmd.Process.Pid, fmt.Sprintf("node %d (%s)", n.index, n.spec.ID))
 	}
+}
+
+// waitStopped waits until every thread of process pid, named what, has stopped after
+// a SIGSTOP (see node.signal).
+func waitStopped(t testing.TB, pid int, what string) {
+	t.Helper()
+	eventually(t, stepTimeout, what+" to stop", func() error { return allStopped(pid) })
 }
 
 // allStopped reports whether every thread of process pid is in state T (stopped),
