@@ -51,10 +51,12 @@ except ImportError as err:
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Faster reconnects than gRPC's default (1 s, growing to 120 s): a sidecar that is
-# still starting is reached within a fraction of a second of listening.
+# still starting is reached within a fraction of a second of listening. Not
+# grpc.min_reconnect_backoff_ms: gRPC's C core also takes it as the time one
+# connection attempt may last (default 20 s), and at 100 ms a loaded machine (the
+# sidecar's or this one) timed out every attempt "before receiving SETTINGS frame".
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 

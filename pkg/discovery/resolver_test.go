@@ -18,6 +18,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// answerTimeout is the Config.Timeout of a Resolver whose lookups dnsmasq must
+// answer: generous, since on a loaded machine dnsmasq may wait seconds for a core.
+const answerTimeout = 10 * time.Second
+
 // newResolver returns a Resolver that asks only s, with timeout.
 func newResolver(t *testing.T, s *dnstest.Server, timeout time.Duration) *Resolver {
 	t.Helper()
@@ -55,7 +59,7 @@ func TestLookup(t *testing.T) {
 		},
 		"_empty._tcp.fanout.test": {{Target: "gone.fanout.test", Port: 7003}},
 	})
-	r := newResolver(t, s, 2*time.Second)
+	r := newResolver(t, s, answerTimeout)
 	for _, tc := range []struct {
 		target string
 		want   []string
@@ -89,7 +93,7 @@ func TestLookup(t *testing.T) {
 
 func TestLookupSeesChanges(t *testing.T) {
 	s := dnstest.Start(t)
-	r := newResolver(t, s, 2*time.Second)
+	r := newResolver(t, s, answerTimeout)
 	for _, ips := range [][]string{{"10.0.0.1"}, {"10.0.0.1", "10.0.0.2"}, {"10.0.0.2"}} {
 		s.SetHosts(map[string][]string{"peers.fanout.test": ips})
 		got, err := lookup(t, r, "peers.fanout.test:7000")
@@ -118,7 +122,7 @@ func TestLookupTCP(t *testing.T) {
 		want = append(want, ip+":7000")
 	}
 	s.SetHosts(map[string][]string{"peers.fanout.test": ips})
-	r := newResolver(t, s, 2*time.Second)
+	r := newResolver(t, s, answerTimeout)
 	var tcp atomic.Int32
 	dial := dialer(s.Addr())
 	r.r.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {

@@ -255,11 +255,14 @@ func TestAckCancelledCallRemovesOperation(t *testing.T) {
 
 func TestAckTimeoutCappedByCallDeadline(t *testing.T) {
 	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": nil}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The node keeps a tenth of it for its answer: 300ms, time enough on a loaded
+	// machine (a 300ms deadline left 30ms, which a busy machine missed).
+	const callDeadline = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
 	defer cancel()
 	resp, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(time.Hour), Events: []*fanoutv1.Event{ev("k", "")}})
 	if err != nil {
-		t.Fatalf("Submit with a 300ms call deadline and a 1h ack_timeout: %v; want a response before the deadline", err)
+		t.Fatalf("Submit with a %v call deadline and a 1h ack_timeout: %v; want a response before the deadline", callDeadline, err)
 	}
 	wantAcks(t, resp, false, map[string]fanoutv1.PeerAckState{"p1": pending})
 }

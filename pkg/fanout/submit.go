@@ -316,6 +316,13 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 // defaultAckTimeout bounds an ack wait when the request sets none (SPEC §7).
 const defaultAckTimeout = 5 * time.Second
 
+// maxAnswerMargin caps the time ackDeadline keeps for the answer to reach the caller
+// (a tenth of the call's time left, at most this). On a loaded node the answer waits
+// for a core, the race detector, the network: 50ms, the cap before, was missed on a
+// 2-core machine at load average 18, and the caller got DEADLINE_EXCEEDED instead of
+// its PeerAck list.
+const maxAnswerMargin = 500 * time.Millisecond
+
 // ackDeadline is now + ack_timeout (default 5s), capped by the call's own deadline less
 // a margin, so that the caller still receives the PeerAck list rather than its own
 // DEADLINE_EXCEEDED.
@@ -327,7 +334,7 @@ func (n *Node) ackDeadline(ctx context.Context, ackTimeout time.Duration) time.T
 	}
 	if d, ok := ctx.Deadline(); ok {
 		left := d.Sub(now)
-		timeout = min(timeout, left-min(left/10, 50*time.Millisecond))
+		timeout = min(timeout, left-min(left/10, maxAnswerMargin))
 	}
 	return now.Add(timeout)
 }

@@ -13,13 +13,31 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-func ackSubmit(t *testing.T, c *cluster, from int, p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) (*fanoutv1.SubmitResponse, time.Duration) {
-	t.Helper()
+// ackSubmitMargin is how much longer than its ack_timeout a Submit's call deadline
+// is: the node answers at the ack_timeout with the PeerAck list, which must still
+// reach the caller on a slow machine.
+const ackSubmitMargin = 10 * time.Second
+
+// warmUpTimeout bounds warmUp: A's first event to a peer may find its connection in
+// gRPC's reconnect backoff (at most 2s) from the bootstrap, before the peer listened,
+// and then wait the network-failure retry delay (1s), late on a loaded machine.
+const warmUpTimeout = 20 * time.Second
+
+// ackRequest is a Submit of one event per id with ack policy p and ack_timeout timeout.
+func ackRequest(p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) *fanoutv1.SubmitRequest {
 	req := &fanoutv1.SubmitRequest{Ack: p, AckTimeout: durationpb.New(timeout)}
 	for _, id := range ids {
 		req.Events = append(req.Events, &fanoutv1.Event{TaskId: id, Payload: []byte("v")})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	return req
+}
+
+// ackSubmit submits ackRequest(p, timeout, ids...) to node from, fails the test on an
+// error, and returns the answer and how long it took.
+func ackSubmit(t *testing.T, c *cluster, from int, p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) (*fanoutv1.SubmitResponse, time.Duration) {
+	t.Helper()
+	req := ackRequest(p, timeout, ids...)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+ackSubmitMargin)
 	defer cancel()
 	start := time.Now()
 	resp, err := c.client(from).Submit(ctx, req)
@@ -61,7 +79,7 @@ func warmUp(t *testing.T, c *cluster, to ...int) {
 	}
 	submitResp(t, c, 0, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "acks/warm-up"}}}, nil)
 	for k, i := range to {
-		eventually(t, 5*time.Second, "A delivers the warm-up to "+c.node(i).spec.ID, func() error {
+		eventually(t, warmUpTimeout, "A delivers the warm-up to "+c.node(i).spec.ID, func() error {
 			p, err := c.node(0).peerStatus(i)
 			if err == nil && p.GetSucceeded() == before[k] {
 				return fmt.Errorf("succeeded %d, breaker %s, transient %d", p.GetSucceeded(), p.GetBreaker(), p.GetTransient())
@@ -114,7 +132,7 @@ func TestAcks(t *testing.T) {
 		if _, err := c.client(0).Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "acks/hold"}}}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "A's worker for C to be busy", func() error {
+		eventually(t, stepTimeout, "A's worker for C to be busy", func() error {
 			p, err := c.node(0).peerStatus(2)
 			if err == nil && p.GetInFlight() != 1 {
 				return fmt.Errorf("in flight %d, want 1", p.GetInFlight())

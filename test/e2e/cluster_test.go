@@ -36,6 +36,14 @@ const readinessService = "fanout.v1.FanoutService"
 const (
 	readyTimeout = 15 * time.Second // from exec to a health service SERVING
 	exitTimeout  = 15 * time.Second // from a signal to process exit (beyond --shutdown-timeout)
+	// stepTimeout: for a node to show one step of its own (a stream registered or
+	// gone, a worker busy, every thread stopped): a local call and scheduling, which
+	// a loaded machine delays by seconds.
+	stepTimeout = 15 * time.Second
+	// callTimeout bounds one call the harness makes to a node to read its state
+	// (GetStatus, a health check, a /metrics scrape): 2s was missed on a loaded
+	// machine, where a scrape of every series took longer to answer and to read.
+	callTimeout  = 10 * time.Second
 	pollInterval = 10 * time.Millisecond
 	logTailBytes = 32 << 10 // how much of a node's log a failed test prints
 )
@@ -303,7 +311,7 @@ func (n *node) health() (healthpb.HealthCheckResponse_ServingStatus, error) {
 
 // healthOf returns the status of the app listener's health service named service.
 func (n *node) healthOf(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(n.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	return resp.GetStatus(), err
@@ -318,7 +326,7 @@ func (n *node) client() fanoutv1.FanoutServiceClient {
 
 // status calls GetStatus.
 func (n *node) status() (*fanoutv1.GetStatusResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return n.client().GetStatus(ctx, &fanoutv1.GetStatusRequest{})
 }
@@ -332,7 +340,7 @@ func (n *node) readiness() (bool, string, error) {
 // metric scrapes n's /metrics (--admin-addr) and returns the sum of the samples of
 // name whose labels include every label given as `key="value"`.
 func (n *node) metric(name string, labels ...string) (float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.adminAddr+"/metrics", nil)
 	if err != nil {
@@ -421,10 +429,15 @@ func (n *node) signal(sig syscall.Signal) {
 		n.t.Fatalf("node %d: signal %s: %v", n.index, sig, err)
 	}
 	if sig == syscall.SIGSTOP {
-		eventually(n.t, 5*time.Second, fmt.Sprintf("node %d (%s) to stop", n.index, n.spec.ID), func() error {
-			return allStopped(n.cmd.Process.Pid)
-		})
+		waitStopped(n.t, n.cmd.Process.Pid, fmt.Sprintf("node %d (%s)", n.index, n.spec.ID))
 	}
+}
+
+// waitStopped waits until every thread of process pid, named what, has stopped after
+// a SIGSTOP (see node.signal).
+func waitStopped(t testing.TB, pid int, what string) {
+	t.Helper()
+	eventually(t, stepTimeout, what+" to stop", func() error { return allStopped(pid) })
 }
 
 // allStopped reports whether every thread of process pid is in state T (stopped),

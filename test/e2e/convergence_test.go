@@ -162,7 +162,7 @@ func (cv *convergence) disconnect(i int) {
 	r := rs[len(rs)-1]
 	r.cancel()
 	<-r.done
-	eventually(cv.t, 5*time.Second, r.name+" closed", func() error {
+	eventually(cv.t, stepTimeout, r.name+" closed", func() error {
 		if n := subscribers(cv.t, cv.c.node(i)); n != 0 {
 			return fmt.Errorf("node reports %d subscribers", n)
 		}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -111,6 +112,42 @@ func (d *dnsCluster) waitPeers(timeout time.Duration, set []int, on ...int) {
 	}
 }
 
+// Deadlines of TestDNSMembership. Each bounds a wait for an event and is generous for
+// a loaded 2-core machine (load average 25); a healthy run ends its waits far sooner.
+const (
+	// dnsPeersTimeout: from a DNS change to every node's peer set matching it. One
+	// --peers-refresh (1s) and a lookup, on a machine that may run both late.
+	dnsPeersTimeout = 15 * time.Second
+	// dnsBreakerTimeout: from a new node's start to the breakers of the nodes that
+	// called it before it listened closing: --breaker-open (300ms), then one probe
+	// that the node answers.
+	dnsBreakerTimeout = 15 * time.Second
+	// dnsAckTimeout: the ack_timeout of a write that every peer can acknowledge, one
+	// Replicate round trip away.
+	dnsAckTimeout = 15 * time.Second
+	// dnsRemovalAckTimeout: the ack_timeout of the write that waits for two peers
+	// that die: their removal from DNS, one --peers-refresh (1s) and
+	// --peer-removal-grace (2s) settle it; a timeout would answer PENDING instead.
+	dnsRemovalAckTimeout = 30 * time.Second
+	// dnsRemovedTimeout: from the grace's end to a removed peer's link, series and
+	// goroutines gone.
+	dnsRemovedTimeout = 15 * time.Second
+	// dnsBackoffTimeout: from the DNS server frozen to two lookups timed out, the
+	// interval then 4s: 1s + 1s timeout + 2s + 1s timeout, late on a slow machine.
+	dnsBackoffTimeout = 30 * time.Second
+	// dnsResetTimeout: from the DNS server resumed to a successful lookup: the
+	// interval, at most 10 x --peers-refresh, and one lookup.
+	dnsResetTimeout = 30 * time.Second
+	// dnsConflictTimeout: from a twin named in DNS to both conflicts shown: one
+	// --peers-refresh, then the first anti-entropy round with the twin, whose answer
+	// carries its id and incarnation.
+	dnsConflictTimeout = 15 * time.Second
+	// dnsLoadEvents is how many events the background load submits (accepted,
+	// over all origins) before a step goes on: the step then runs under load,
+	// however slow the machine.
+	dnsLoadEvents = 150
+)
+
 // TestDNSMembership runs a cluster found by name through what a Deployment does to
 // it (issue 11), with a convergence check after every step:
 //   - 3 nodes find each other by DNS alone, each leaving its own address out;
@@ -131,15 +168,15 @@ func TestDNSMembership(t *testing.T) {
 	}
 	d.publish(0, 1, 2)
 	d.start()
-	d.waitPeers(10*time.Second, []int{0, 1, 2}, 0, 1, 2)
-	if resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, "dns/first"); !resp.GetSatisfied() ||
+	d.waitPeers(dnsPeersTimeout, []int{0, 1, 2}, 0, 1, 2)
+	if resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, dnsAckTimeout, "dns/first"); !resp.GetSatisfied() ||
 		len(resp.GetPeerAcks()) != 2 {
 		t.Fatalf("ack ALL on a cluster found by DNS: %v", resp)
 	}
 	// Every node sends to every other before the goroutines are counted, so that each
 	// has its peers' replicate streams open, as it has under the load below.
 	for _, i := range []int{1, 2} {
-		if resp, _ := ackSubmit(t, d.cluster, i, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, "dns/first-"+d.node(i).spec.ID); !resp.GetSatisfied() {
+		if resp, _ := ackSubmit(t, d.cluster, i, fanoutv1.AckPolicy_ACK_POLICY_ALL, dnsAckTimeout, "dns/first-"+d.node(i).spec.ID); !resp.GetSatisfied() {
 			t.Fatalf("ack ALL from %s: %v", d.node(i).spec.ID, resp)
 		}
 	}
@@ -152,7 +189,7 @@ func TestDNSMembership(t *testing.T) {
 	// The load: A, B and C each update 40 keys of their own, 5 per request, every 20ms.
 	l := newLedger()
 	stopLoad := backgroundLoad(t, d.cluster, []int{0, 1, 2}, "dns/", 40, 5, l)
-	time.Sleep(300 * time.Millisecond)
+	waitLoad(t, l, dnsLoadEvents)
 
 	t.Run("scaled to 5 under load", func(t *testing.T) {
 		d.add("D")
@@ -168,29 +205,58 @@ func TestDNSMembership(t *testing.T) {
 		}
 		// The new nodes called the old ones while bootstrapping, which made the old
 		// ones look DNS up at once.
-		d.waitPeers(3*time.Second, []int{0, 1, 2, 3, 4}, 0, 1, 2, 3, 4)
-		resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, "dns/after-scale-up")
+		d.waitPeers(dnsPeersTimeout, []int{0, 1, 2, 3, 4}, 0, 1, 2, 3, 4)
+		// DNS named D and E before they listened, so A's load was refused by them
+		// until then; on a slow machine that is enough failed calls to open A's
+		// breakers for them, and an ack ALL fails at once on an open breaker
+		// ("circuit breaker open"). They close at the first probe D and E answer.
+		d.node(0).waitBreakersClosed(dnsBreakerTimeout)
+		resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, dnsAckTimeout, "dns/after-scale-up")
 		if !resp.GetSatisfied() || len(resp.GetPeerAcks()) != 4 {
 			t.Fatalf("ack ALL after scaling to 5: %v, want 4 peers acked", resp)
 		}
-		time.Sleep(300 * time.Millisecond) // load with 5 nodes
+		waitLoad(t, l, dnsLoadEvents) // load with 5 nodes
 	})
 
 	t.Run("scaled back to 3", func(t *testing.T) {
+		// A write from A waits for every peer while D and E die; D and E never
+		// answer it. It must reach A while A's breakers for them are closed (on an
+		// open one the write fails at once) and while DNS still names them. So D and
+		// E first stop answering (SIGSTOP): calls to them hang, which a breaker does
+		// not count (congestion), and A's breakers stay closed. Once A has stored the
+		// write, its ack wait is registered (the same call, next), with D and E
+		// pending; once every node holds events for D and E (which it will drop),
+		// the pods are gone, their addresses in DNS a moment more.
+		d.node(0).waitBreakersClosed(dnsBreakerTimeout)
 		for _, i := range []int{3, 4} {
-			d.node(i).signal(syscall.SIGKILL) // the pods are gone; their addresses stay in DNS a moment
+			d.node(i).signal(syscall.SIGSTOP)
+		}
+		const key = "dns/waits-for-removed"
+		waited := submitAsync(d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, dnsRemovalAckTimeout, key)
+		eventually(t, submitTimeout, "A to store "+key, func() error { return d.node(0).hasKey(key) })
+		// Every node has events of its load unsent to D and E, which it will drop.
+		for i := range 3 {
+			for _, gone := range []int{3, 4} {
+				eventually(t, submitTimeout, fmt.Sprintf("node %s to hold events for %s", d.node(i).spec.ID, d.node(gone).spec.ID), func() error {
+					p, err := d.node(i).peerStatusAt(d.peerAddr(gone))
+					if err == nil && p.GetAcceptorQueue()+p.GetReprocessQueue()+p.GetPending()+p.GetInFlight() == 0 {
+						err = fmt.Errorf("nothing unsent")
+					}
+					return err
+				})
+			}
+		}
+		for _, i := range []int{3, 4} {
+			d.node(i).signal(syscall.SIGKILL)
 			d.node(i).wait(exitTimeout)
 		}
-		// A write that waits for every peer: D and E will never answer.
-		waited := make(chan *fanoutv1.SubmitResponse, 1)
-		go func() {
-			resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 20*time.Second, "dns/waits-for-removed")
-			waited <- resp
-		}()
-		time.Sleep(300 * time.Millisecond) // pending piles up for D and E
 		d.publish(0, 1, 2)
-		d.waitPeers(5*time.Second, []int{0, 1, 2}, 0, 1, 2)
-		resp := <-waited
+		d.waitPeers(dnsPeersTimeout, []int{0, 1, 2}, 0, 1, 2)
+		r := <-waited
+		if r.err != nil {
+			t.Fatalf("Submit with ack ALL waiting for removed peers: %v", r.err)
+		}
+		resp := r.resp
 		for _, a := range resp.GetPeerAcks() {
 			removed := a.GetPeer() == d.peerAddr(3) || a.GetPeer() == d.peerAddr(4)
 			if removed && (a.GetState() != fanoutv1.PeerAckState_PEER_ACK_STATE_DROPPED || !strings.Contains(a.GetDetail(), "peer removed")) {
@@ -204,7 +270,7 @@ func TestDNSMembership(t *testing.T) {
 		cv.wait(convergeTimeout, l, 0, 1, 2)
 		for i := range 3 {
 			n := d.node(i)
-			eventually(t, 10*time.Second, "removed peers stopped on "+n.spec.ID, func() error {
+			eventually(t, dnsRemovedTimeout, "removed peers stopped on "+n.spec.ID, func() error {
 				st, err := n.status()
 				if err != nil {
 					return err
@@ -222,7 +288,7 @@ func TestDNSMembership(t *testing.T) {
 					t.Errorf("node %s still exports series of removed %s: %v", n.spec.ID, d.peerAddr(gone), v)
 				}
 			}
-			eventually(t, 10*time.Second, "goroutines of "+n.spec.ID+" back to their number with 2 peers", func() error {
+			eventually(t, dnsRemovedTimeout, "goroutines of "+n.spec.ID+" back to their number with 2 peers", func() error {
 				if got := mustMetric(t, n, "go_goroutines"); got > goroutines[i] {
 					return fmt.Errorf("%v goroutines, %v before scaling up", got, goroutines[i])
 				}
@@ -236,7 +302,7 @@ func TestDNSMembership(t *testing.T) {
 	t.Run("DNS server frozen", func(t *testing.T) {
 		d.dns.Pause()
 		n := d.node(0)
-		eventually(t, 15*time.Second, "the refresh interval to double twice", func() error {
+		eventually(t, dnsBackoffTimeout, "the refresh interval to double twice", func() error {
 			if v := mustMetric(t, n, "fanout_peers_dns_refresh_interval_seconds"); v < 4 {
 				return fmt.Errorf("interval %vs", v)
 			}
@@ -245,13 +311,13 @@ func TestDNSMembership(t *testing.T) {
 		if got := mustMetric(t, n, "fanout_peers_dns_lookups_total", `outcome="timeout"`); got < 2 {
 			t.Errorf("%v lookups timed out, want at least 2", got)
 		}
-		d.waitPeers(time.Second, []int{0, 1, 2}, 0, 1, 2) // the mesh is unchanged
-		if resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, "dns/while-frozen"); !resp.GetSatisfied() {
+		d.waitPeers(dnsPeersTimeout, []int{0, 1, 2}, 0, 1, 2) // the mesh is unchanged
+		if resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, dnsAckTimeout, "dns/while-frozen"); !resp.GetSatisfied() {
 			t.Errorf("ack ALL with DNS frozen: %v", resp)
 		}
 		before := mustMetric(t, n, "fanout_peers_dns_lookups_total", `outcome="success"`)
 		d.dns.Resume()
-		eventually(t, 20*time.Second, "the refresh interval to reset", func() error {
+		eventually(t, dnsResetTimeout, "the refresh interval to reset", func() error {
 			if v := mustMetric(t, n, "fanout_peers_dns_refresh_interval_seconds"); v != 1 {
 				return fmt.Errorf("interval %vs", v)
 			}
@@ -260,16 +326,21 @@ func TestDNSMembership(t *testing.T) {
 			}
 			return nil
 		})
-		d.waitPeers(time.Second, []int{0, 1, 2}, 0, 1, 2)
+		d.waitPeers(dnsPeersTimeout, []int{0, 1, 2}, 0, 1, 2)
 	})
 
 	t.Run("two nodes with one id", func(t *testing.T) {
-		twin := d.add("A") // another process with A's id, at its own address
-		d.publish(0, 1, 2, twin)
+		// Another process with A's id, at its own address, named in DNS once it is
+		// ready, as a headless Service names a pod. A and B learn its id from their
+		// first anti-entropy round with it, as soon as they add it; named before it
+		// listened (a slow start), that round would fail, and the next with it would
+		// be a regular round, 30s x peers away.
+		twin := d.add("A")
 		d.node(twin).launch()
 		d.node(twin).waitReady()
+		d.publish(0, 1, 2, twin)
 		a, b := d.node(0), d.node(1)
-		eventually(t, 10*time.Second, "A to report the conflict", func() error {
+		eventually(t, dnsConflictTimeout, "A to report the conflict", func() error {
 			st, err := a.peerStatusAt(d.peerAddr(twin))
 			if err != nil {
 				return err
@@ -279,7 +350,7 @@ func TestDNSMembership(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, 10*time.Second, "B to report one id at two addresses", func() error {
+		eventually(t, dnsConflictTimeout, "B to report one id at two addresses", func() error {
 			for _, addr := range []string{d.peerAddr(0), d.peerAddr(twin)} {
 				st, err := b.peerStatusAt(addr)
 				if err != nil {
@@ -298,7 +369,7 @@ func TestDNSMembership(t *testing.T) {
 		if !strings.Contains(a.log(), `"level":"ERROR","msg":"node id conflict"`) {
 			t.Error("A logged no ERROR line about the conflict")
 		}
-		resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 3*time.Second, "dns/twin")
+		resp, _ := ackSubmit(t, d.cluster, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, dnsAckTimeout, "dns/twin")
 		if resp.GetSatisfied() {
 			t.Errorf("ack ALL from A with a twin of A: satisfied (%v); the twin never stores A's events", resp)
 		}
@@ -319,4 +390,68 @@ func (n *node) peerStatusAt(addr string) (*fanoutv1.PeerStatus, error) {
 		}
 	}
 	return nil, fmt.Errorf("node %s has no peer %s", n.spec.ID, addr)
+}
+
+// waitBreakersClosed waits until n's breaker for every peer in its set is closed.
+func (n *node) waitBreakersClosed(timeout time.Duration) {
+	n.t.Helper()
+	eventually(n.t, timeout, "node "+n.spec.ID+"'s breakers closed", func() error {
+		st, err := n.status()
+		if err != nil {
+			return err
+		}
+		for _, p := range st.GetPeers() {
+			if !p.GetRemoving() && p.GetBreaker() != "closed" {
+				return fmt.Errorf("breaker for %s %s", p.GetAddress(), p.GetBreaker())
+			}
+		}
+		return nil
+	})
+}
+
+// hasKey returns nil once n's state table holds key.
+func (n *node) hasKey(key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := n.client().Get(ctx, &fanoutv1.GetRequest{TaskIds: []string{key}})
+	if err != nil {
+		return err
+	}
+	if len(resp.GetEntries()) == 0 {
+		return fmt.Errorf("node %s has no %s", n.spec.ID, key)
+	}
+	return nil
+}
+
+// submitted is the answer of a Submit made by submitAsync.
+type submitted struct {
+	resp *fanoutv1.SubmitResponse
+	err  error
+}
+
+// submitAsync is ackSubmit on a goroutine of its own, which cannot fail the test: the
+// answer comes on the channel, within timeout plus ackSubmitMargin.
+func submitAsync(c *cluster, from int, p fanoutv1.AckPolicy, timeout time.Duration, ids ...string) <-chan submitted {
+	req, cli := ackRequest(p, timeout, ids...), c.client(from)
+	out := make(chan submitted, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+ackSubmitMargin)
+		defer cancel()
+		resp, err := cli.Submit(ctx, req)
+		out <- submitted{resp, err}
+	}()
+	return out
+}
+
+// waitLoad waits until the background load recorded in l has had n more events
+// accepted.
+func waitLoad(t *testing.T, l *ledger, n int) {
+	t.Helper()
+	before, _ := l.count()
+	eventually(t, submitTimeout, fmt.Sprintf("%d more events of the load", n), func() error {
+		if got, _ := l.count(); got < before+n {
+			return fmt.Errorf("%d of %d", got-before, n)
+		}
+		return nil
+	})
 }

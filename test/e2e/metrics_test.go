@@ -45,6 +45,10 @@ func mustMetric(t *testing.T, n *node, name string, labels ...string) float64 {
 	return v
 }
 
+// metricsAckTimeout is the ack_timeout of TestMetrics' writes with ack ALL: a
+// Replicate round trip to two live peers, generous for a loaded machine.
+const metricsAckTimeout = 15 * time.Second
+
 // TestMetrics checks /metrics on a live 3-node cluster: promtool's lint passes on
 // every node's page, and the latency histograms and the submitted and received
 // counts move by what a known load did. Then a real Prometheus scrapes the nodes and
@@ -73,7 +77,7 @@ func TestMetrics(t *testing.T) {
 		for k := range ids {
 			ids[k] = fmt.Sprintf("metrics/%d/%d", i, k)
 		}
-		if resp, _ := ackSubmit(t, c, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, 5*time.Second, ids...); !resp.GetSatisfied() {
+		if resp, _ := ackSubmit(t, c, 0, fanoutv1.AckPolicy_ACK_POLICY_ALL, metricsAckTimeout, ids...); !resp.GetSatisfied() {
 			t.Fatalf("Submit %d with ack ALL unsatisfied: %v", i, resp)
 		}
 	}
@@ -153,6 +157,23 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
+// Deadlines of testDashboard. Each bounds a wait for an event and is generous for a
+// loaded 2-core machine; a healthy run ends its waits far sooner.
+const (
+	// promUpTimeout: from exec to Prometheus having scraped all three nodes once
+	// (its start, a TSDB to create, then one scrape_interval).
+	promUpTimeout = 30 * time.Second
+	// panelTimeout: for one panel's query to return series: two scrapes (rate()
+	// needs two samples) of 500ms each, late on a slow machine.
+	panelTimeout = 20 * time.Second
+	// promQueryTimeout bounds one query to Prometheus; a failed one is retried until
+	// promUpTimeout or panelTimeout.
+	promQueryTimeout = 5 * time.Second
+	// receiveTimeout: from a Submit (ack NONE) at one node to the others exporting
+	// its origin's series: one Replicate, late on a slow machine.
+	receiveTimeout = 15 * time.Second
+)
+
 // quietPanels may have no series on a healthy cluster under light load: they show
 // trouble (or --data-dir), which this cluster does not have.
 var quietPanels = map[string]bool{
@@ -170,6 +191,7 @@ var quietPanels = map[string]bool{
 // return series.
 func testDashboard(t *testing.T, c *cluster) {
 	prom := testbin.Find(t, "prometheus", "Debian's prometheus package")
+	receiveFromEveryOrigin(t, c)
 	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "fanout.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +233,7 @@ func testDashboard(t *testing.T, c *cluster) {
 	}()
 
 	query := func(expr string) (int, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), promQueryTimeout)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
 			"http://"+addr+"/api/v1/query?query="+url.QueryEscape(expr), nil)
@@ -235,7 +257,7 @@ func testDashboard(t *testing.T, c *cluster) {
 		}
 		return len(r.Data.Result), nil
 	}
-	eventually(t, 15*time.Second, "Prometheus to scrape all three nodes", func() error {
+	eventually(t, promUpTimeout, "Prometheus to scrape all three nodes", func() error {
 		n, err := query(`up{job="fanout"} == 1`)
 		if err == nil && n != 3 {
 			err = fmt.Errorf("%d of 3 targets up", n)
@@ -272,7 +294,7 @@ func testDashboard(t *testing.T, c *cluster) {
 			for _, m := range metricName.FindAllStringSubmatch(expr, -1) {
 				seen[m[1]] = true
 			}
-			eventually(t, 10*time.Second, fmt.Sprintf("panel %q: %s", p.Title, expr), func() error {
+			eventually(t, panelTimeout, fmt.Sprintf("panel %q: %s", p.Title, expr), func() error {
 				n, err := query(expr)
 				if err == nil && n == 0 && !quietPanels[p.Title] {
 					err = fmt.Errorf("no series")
@@ -290,6 +312,30 @@ func testDashboard(t *testing.T, c *cluster) {
 		}
 		if !strings.Contains(page, "\n"+m+"{") && !strings.Contains(page, "\n"+m+" ") {
 			t.Errorf("the dashboard queries %s, which node A does not export", m)
+		}
+	}
+}
+
+// receiveFromEveryOrigin makes every node of c receive an event from every other. A
+// node exports the series of an origin (fanout_received_events_total,
+// fanout_receive_lag_seconds) from the first event it receives from it: without
+// this, node A has them only once the dashboard's light load has sent from B or C,
+// which on a slow machine came after the last panel's query.
+func receiveFromEveryOrigin(t *testing.T, c *cluster) {
+	t.Helper()
+	for i, from := range c.nodes {
+		req := &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "dashboard/from-" + from.spec.ID}}}
+		submitResp(t, c, i, req, nil)
+	}
+	for _, n := range c.nodes {
+		for _, from := range c.nodes {
+			if from == n {
+				continue
+			}
+			eventually(t, receiveTimeout, fmt.Sprintf("node %s to receive from %s", n.spec.ID, from.spec.ID), func() error {
+				_, err := n.metric("fanout_received_events_total", `origin="`+from.spec.ID+`"`)
+				return err
+			})
 		}
 	}
 }

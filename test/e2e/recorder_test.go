@@ -138,7 +138,7 @@ func subscribeWith(t *testing.T, c *cluster, n int, o subOpts) *recorder {
 	go r.receive(stream)
 	var registered uint64
 	t.Cleanup(func() { r.close(t, c.node(n), registered) })
-	eventually(t, 5*time.Second, r.name+" registered", func() error {
+	eventually(t, stepTimeout, r.name+" registered", func() error {
 		if registered = subscribers(t, c.node(n)); registered <= before {
 			return fmt.Errorf("node reports %d subscribers", registered)
 		}
@@ -156,7 +156,7 @@ func (r *recorder) close(t *testing.T, n *node, registered uint64) {
 	if !n.running() || registered == 0 {
 		return
 	}
-	eventually(t, 5*time.Second, r.name+" unregistered", func() error {
+	eventually(t, stepTimeout, r.name+" unregistered", func() error {
 		st, err := n.status()
 		if err != nil || st.GetSubscribers() < registered {
 			return nil // a node that does not answer has no subscribers to settle

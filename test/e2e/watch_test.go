@@ -128,7 +128,7 @@ func TestResume(t *testing.T) {
 	})
 	first.cancel()
 	<-first.done
-	eventually(t, 5*time.Second, first.name+" closed", func() error {
+	eventually(t, stepTimeout, first.name+" closed", func() error {
 		if n := subscribers(t, c.node(1)); n != 0 {
 			return fmt.Errorf("node reports %d subscribers", n)
 		}

@@ -59,7 +59,7 @@ func startWatcher(t *testing.T, c *cluster, n int, o subOpts) *watcherProc {
 			t.Logf("---- %s: %v; stderr:\n%s", w.rec.name, w.rec.streamErr(), w.logs())
 		}
 	})
-	eventually(t, 5*time.Second, w.rec.name+" registered", func() error {
+	eventually(t, readyTimeout, w.rec.name+" registered", func() error {
 		if got := subscribers(t, c.node(n)); got <= before {
 			return fmt.Errorf("node reports %d subscribers (watcher: %v)", got, w.rec.streamErr())
 		}
@@ -121,11 +121,17 @@ func parseWatcherLine(line string) (delivery, error) {
 	}, nil
 }
 
-// signal sends sig to the watcher process.
+// signal sends sig to the watcher process. SIGSTOP returns once every thread of it
+// has stopped, as node.signal does: until then a thread still reads the node, and on
+// a loaded machine a "frozen" watcher read a whole run (TestFrozenSubscriber: 0 of
+// 3000 tasks left for it after SIGCONT).
 func (w *watcherProc) signal(sig syscall.Signal) {
 	w.t.Helper()
 	if err := w.cmd.Process.Signal(sig); err != nil {
 		w.t.Fatalf("watcher: signal %s: %v", sig, err)
+	}
+	if sig == syscall.SIGSTOP {
+		waitStopped(w.t, w.cmd.Process.Pid, w.rec.name)
 	}
 }
 
