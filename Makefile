@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test test-stress deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test test-stress deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-isolation bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -101,6 +101,12 @@ bench:
 ## installs Debian's nats-server if missing). Method: docs/BENCH.md.
 bench-compare:
 	bash bench/compare.sh
+
+## bench-isolation: the wall-clock speed target of isolation on a quiet machine: with a
+## frozen subscriber on a node, the other subscriber's delivery time within 1.2x of its
+## time without (TestFrozenSubscriber with E2E_TIMING=1; make test only logs the ratio)
+bench-isolation:
+	E2E_TIMING=1 $(GO) -C test test -race -count=1 -run 'TestFrozenSubscriber$$' -v ./e2e/
 
 ## bench-memory: RSS of an idle node and of one holding 2 x 10,000 pending events (~30 s)
 bench-memory:
