@@ -47,8 +47,15 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	if err := n.validateSubscribe(req); err != nil {
 		return err
 	}
-	n.subscribers.Add(1) // an open stream, waiting for the bootstrap or not
-	defer n.subscribers.Add(-1)
+	// A stream counts in GetStatus's subscribers once every change after that moment
+	// reaches it, so that a client may confirm a live-only stream by the count before
+	// it writes: from upTo below. A snapshot covers every change before upTo too, so a
+	// snapshot stream counts from the start, while it waits for the bootstrap.
+	counted := req.GetSnapshot()
+	if counted {
+		n.subscribers.Add(1)
+		defer n.subscribers.Add(-1)
+	}
 	if req.GetSnapshot() && !req.GetAllowUnsynced() {
 		if err := n.waitBootstrap(ctx); err != nil {
 			return err
@@ -64,6 +71,10 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	// revision of now; the live part follows from there: every change after this
 	// point reaches the stream.
 	upTo := n.table.Revision()
+	if !counted {
+		n.subscribers.Add(1)
+		defer n.subscribers.Add(-1)
+	}
 	switch {
 	case req.GetSnapshot():
 		s := w.scanFrom(0, upTo, false, w.keepPrefix)
