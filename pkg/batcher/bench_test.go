@@ -140,19 +140,7 @@ func BenchmarkEnqueueCore(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
 			cfg := DefaultConfig[int]()
-			c := newCore(&cfg)
-			offers := benchOffers(max(1, 1<<16/n), n)
-			items := make([]ItemOutcome, cfg.MaxBatch)
-			now := time.Now()
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				c.accept(offers[i%len(offers)], now)
-				for bt, ok := c.assign(now); ok; bt, ok = c.assign(now) {
-					bt.result = Result{Class: Success, Items: items[:len(bt.tasks)]}
-					c.complete(bt, now)
-				}
-			}
-			reportPerTask(b, n)
+			loopCore(b, &cfg, n)
 		})
 	}
 }
@@ -179,19 +167,7 @@ func BenchmarkEnqueueCoreBudget(b *testing.B) {
 				if full {
 					budget.used.Add(int64(budget.limit) * 3 / 4)
 				}
-				c := newCore(&cfg)
-				offers := benchOffers(max(1, 1<<16/n), n)
-				items := make([]ItemOutcome, cfg.MaxBatch)
-				now := time.Now()
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
-					c.accept(offers[i%len(offers)], now)
-					for bt, ok := c.assign(now); ok; bt, ok = c.assign(now) {
-						bt.result = Result{Class: Success, Items: items[:len(bt.tasks)]}
-						c.complete(bt, now)
-					}
-				}
-				reportPerTask(b, n)
+				loopCore(b, &cfg, n)
 			})
 		}
 	}
@@ -267,4 +243,22 @@ func BenchmarkAssign(b *testing.B) {
 			reportPerTask(b, n)
 		})
 	}
+}
+
+// loopCore offers batches of n tasks to a core of cfg, completes every batch it
+// assigns at once, and reports per task: the loop of the core benchmarks.
+func loopCore(b *testing.B, cfg *Config[int], n int) {
+	c := newCore(cfg)
+	offers := benchOffers(max(1, 1<<16/n), n)
+	items := make([]ItemOutcome, cfg.MaxBatch)
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.accept(offers[i%len(offers)], now)
+		for bt, ok := c.assign(now); ok; bt, ok = c.assign(now) {
+			bt.result = Result{Class: Success, Items: items[:len(bt.tasks)]}
+			c.complete(bt, now)
+		}
+	}
+	reportPerTask(b, n)
 }

@@ -87,44 +87,61 @@ const maxOriginSeries = 64
 // empty, so this label cannot be a real origin's.
 const otherOrigin = ""
 
-// receivedStats counts received events per origin and outcome, and their lag.
-// Lookups are lock-free (a copy-on-write map); adding an origin takes mu.
-type receivedStats struct {
-	byOrigin atomic.Pointer[map[string]*originRecv]
-	mu       sync.Mutex // serialises adding an origin
+// boundedSeries holds one *V per label (an origin, a source: a string a peer sends,
+// and each one a set of series), for at most maxOriginSeries labels; the rest share
+// otherOrigin. Lookups are lock-free (a copy-on-write map); adding a label takes mu.
+type boundedSeries[V any] struct {
+	m  atomic.Pointer[map[string]*V]
+	mu sync.Mutex // serialises adding a label
 }
 
-// of returns origin's counters, adding them if there is room.
-func (r *receivedStats) of(origin string) *originRecv {
-	if m := r.byOrigin.Load(); m != nil {
-		if o, ok := (*m)[origin]; ok {
-			return o
+// of returns label's value, adding one made by newV if there is room.
+func (s *boundedSeries[V]) of(label string, newV func() *V) *V {
+	if m := s.m.Load(); m != nil {
+		if v, ok := (*m)[label]; ok {
+			return v
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := map[string]*originRecv{}
-	if m := r.byOrigin.Load(); m != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := map[string]*V{}
+	if m := s.m.Load(); m != nil {
 		old = *m
 	}
-	if o, ok := old[origin]; ok {
-		return o
+	if v, ok := old[label]; ok {
+		return v
 	}
-	key := origin
+	key := label
 	if len(old) >= maxOriginSeries { // otherOrigin is among them once the bound is hit
 		key = otherOrigin
-		if o, ok := old[key]; ok {
-			return o
+		if v, ok := old[key]; ok {
+			return v
 		}
 	}
-	next := make(map[string]*originRecv, len(old)+1)
+	next := make(map[string]*V, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
-	o := &originRecv{lag: newHistogram(lagBuckets)}
-	next[key] = o
-	r.byOrigin.Store(&next)
-	return o
+	v := newV()
+	next[key] = v
+	s.m.Store(&next)
+	return v
+}
+
+// snapshot returns the labels and their values (the map is never written).
+func (s *boundedSeries[V]) snapshot() map[string]*V {
+	if m := s.m.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// receivedStats counts received events per origin and outcome, and their lag.
+type receivedStats struct{ boundedSeries[originRecv] }
+
+// of returns origin's counters, adding them if there is room.
+func (r *receivedStats) of(origin string) *originRecv {
+	return r.boundedSeries.of(origin, func() *originRecv { return &originRecv{lag: newHistogram(lagBuckets)} })
 }
 
 // add adds a request's counts by outcome.
@@ -134,14 +151,6 @@ func (o *originRecv) add(counts *[recvOutcomes]uint64) {
 			o.outcomes[i].Add(c)
 		}
 	}
-}
-
-// snapshot returns the origins and their counters (the map is never written).
-func (r *receivedStats) snapshot() map[string]*originRecv {
-	if m := r.byOrigin.Load(); m != nil {
-		return *m
-	}
-	return nil
 }
 
 // observeLag records the lag of an event submitted at submittedNanos (0: unknown,

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -140,55 +139,15 @@ func (n *Node) warnOwnOrigin(path string, h *wire.EventHead) {
 
 // sourceWrites counts, per source (the peer that sent them), the peer writes that
 // added a key to the state table and those refused at its bounds: a flood of new
-// keys, relayed or replicated, shows who sends it. Lookups are lock-free (a
-// copy-on-write map); adding a source takes mu. At most maxOriginSeries sources
+// keys, relayed or replicated, shows who sends it. At most maxOriginSeries sources
 // are kept; the rest count together under otherOrigin, as received events do.
-type sourceWrites struct {
-	bySource atomic.Pointer[map[string]*sourceCount]
-	mu       sync.Mutex // serialises adding a source
-}
+type sourceWrites struct{ boundedSeries[sourceCount] }
 
 type sourceCount struct{ added, refused atomic.Uint64 }
 
 // of returns source's counters, adding them if there is room.
 func (s *sourceWrites) of(source string) *sourceCount {
-	if m := s.bySource.Load(); m != nil {
-		if c, ok := (*m)[source]; ok {
-			return c
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := map[string]*sourceCount{}
-	if m := s.bySource.Load(); m != nil {
-		old = *m
-	}
-	if c, ok := old[source]; ok {
-		return c
-	}
-	key := source
-	if len(old) >= maxOriginSeries { // otherOrigin is among them once the bound is hit
-		key = otherOrigin
-		if c, ok := old[key]; ok {
-			return c
-		}
-	}
-	next := make(map[string]*sourceCount, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	c := new(sourceCount)
-	next[key] = c
-	s.bySource.Store(&next)
-	return c
-}
-
-// snapshot returns the sources and their counters (the map is never written).
-func (s *sourceWrites) snapshot() map[string]*sourceCount {
-	if m := s.bySource.Load(); m != nil {
-		return *m
-	}
-	return nil
+	return s.boundedSeries.of(source, func() *sourceCount { return new(sourceCount) })
 }
 
 // count records a peer write's result.
