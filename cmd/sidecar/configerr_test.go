@@ -22,7 +22,9 @@ import (
 // sidecarSets are the Config fields a library can refuse that no flag sets: the
 // sidecar sets them itself, so a user never sees them refused.
 var sidecarSets = map[string]string{
-	"fanout.Config.Dial":                  "startInstance dials with peers.Dial",
+	"mesh.Config.Dial":                    "startInstance dials with peers.Dial",
+	"mesh.Config.EventBytes":              "startInstance sets it from fanout.Config.Limits",
+	"mesh.Config.MaxTaskIDBytes":          "startInstance sets it from fanout.Config.Limits",
 	"fanout.Config.Limits.MaxEvents":      "SPEC §10's limit, not configurable",
 	"fanout.Config.Limits.MaxTaskIDBytes": "SPEC §10's limit, not configurable",
 	"batcher.Config.AcceptorQueue":        "the default, not configurable",

@@ -19,6 +19,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/spf13/cobra"
 )
 
@@ -138,14 +139,14 @@ func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
 	}
 	nodes = make([]*demoNode, n)
 	for i := range n {
-		cfg := fanout.DefaultConfig()
+		cfg, mc := fanout.DefaultConfig(), mesh.DefaultConfig()
 		cfg.NodeID = fmt.Sprintf("node-%c", 'a'+i)
 		for j := range n {
 			if j != i {
-				cfg.Peers = append(cfg.Peers, peerAddrs[j])
+				mc.Peers = append(mc.Peers, peerAddrs[j])
 			}
 		}
-		inst, err := startInstance(instanceConfig{appLis: appLis[i], peerLis: peerLis[i], node: cfg, log: log.With("node", cfg.NodeID)})
+		inst, err := startInstance(instanceConfig{appLis: appLis[i], peerLis: peerLis[i], node: cfg, mesh: mc, log: log.With("node", cfg.NodeID)})
 		if err != nil {
 			return nodes, err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
@@ -55,6 +56,7 @@ type instanceConfig struct {
 	pprofAddr       string
 	appLis, peerLis net.Listener
 	node            fanout.Config
+	mesh            mesh.Config // the node's transport; its limits come from node's
 	log             *slog.Logger
 	// dataDir is --data-dir ("": memory only). nodeIDGiven: node.NodeID was set by
 	// the operator, so a data dir saved with another id is an error.
@@ -72,6 +74,7 @@ type instanceConfig struct {
 // instance is one running sidecar: the node, its two gRPC servers and the admin server.
 type instance struct {
 	node      *fanout.Node
+	mesh      *mesh.Mesh // the node's transport: the peer set changes here (SetPeers)
 	app, peer *grpc.Server
 	// health answers grpc.health.v1 on every listener (app, peer, admin): one
 	// state, however a probe reaches the node.
@@ -102,9 +105,10 @@ func startInstance(c instanceConfig) (*instance, error) {
 	// decodes any of it): the app listener receives requests of --max-request-bytes;
 	// the peer listener and the peer connections carry a batch of --max-batch-bytes or
 	// an anti-entropy message plus one event at the limits (fanout.Config).
+	c.mesh.EventBytes, c.mesh.MaxEventBytes, c.mesh.MaxTaskIDBytes = c.node.Limits.EventBytes(), c.node.Limits.MaxEventBytes, c.node.Limits.MaxTaskIDBytes
 	appSizes := msgSizes{recv: c.node.Limits.MaxRequestBytes, send: c.node.AppSendBytes()}
-	peerMsg := c.node.PeerMessageBytes()
-	c.node.Logger = c.log
+	peerMsg := c.mesh.PeerMessageBytes()
+	c.node.Logger, c.mesh.Logger = c.log, c.log
 	mode, err := c.security.socketMode()
 	if err != nil {
 		return nil, err
@@ -149,9 +153,9 @@ func startInstance(c instanceConfig) (*instance, error) {
 		peerCreds = peerTLS.ServerCredentials()
 		reg.MustRegister(peerTLSMetrics(peerTLS)...)
 		c.node.CallerIDs = peertls.Caller
-		c.node.ReadyCheck = peerTLS.Valid // an expired certificate: every peer refuses this node
+		c.mesh.ReadyCheck = peerTLS.Valid // an expired certificate: every peer refuses this node
 	}
-	c.node.Dial = func(addr string) (fanout.Replicator, error) {
+	c.mesh.Dial = func(addr string) (mesh.Conn, error) {
 		opts := peers.Options{
 			MaxMessageBytes: peerMsg,
 			DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor()),
@@ -163,6 +167,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 		}
 		return peers.Dial(addr, opts)
 	}
+	meshOf := withMesh(&c.node, c.mesh)
 	node, err := fanout.New(c.node)
 	if err != nil {
 		return fail(err)
@@ -170,12 +175,12 @@ func startInstance(c instanceConfig) (*instance, error) {
 	reg.MustRegister(fanout.NewCollector(node))
 	reg.MustRegister(c.collectors...)
 
-	inst := &instance{node: node, store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
+	inst := &instance{node: node, mesh: meshOf(), store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
 	inst.health = health.NewServer()
 	inst.app = newGRPCServer(c.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth, inst.health)
 	fanout.RegisterFanoutServer(inst.app, fanout.NewFanoutServer(node))
 	inst.peer = newGRPCServer(c.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, inst.health)
-	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node))
+	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node, inst.mesh))
 	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
 	srvMetrics.InitializeMetrics(inst.peer)
@@ -204,7 +209,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 		}
 	}
 	c.log.Info("sidecar started", "node_id", node.ID(), "app_addr", inst.appAddr, "peer_addr", inst.peerAddr,
-		"admin_addr", c.adminAddr, "pprof_addr", c.pprofAddr, "peers", c.node.Peers)
+		"admin_addr", c.adminAddr, "pprof_addr", c.pprofAddr, "peers", c.mesh.Peers)
 	if token == nil && exposed(inst.appAddr) {
 		c.log.Warn("app listener is reachable from other hosts and takes no token: anyone who can reach it can submit; "+
 			"set --app-token-file, or listen on loopback or a unix socket", "app_addr", inst.appAddr)
@@ -495,4 +500,21 @@ func stopGracefully(s *grpc.Server, grace time.Duration) {
 		s.Stop()
 		<-done
 	}
+}
+
+// withMesh makes the mesh (pkg/mesh) of mc cfg's transport: the node builds it in
+// fanout.New (NewTransport), and a Replicate from a peer outside the set is noted
+// there (OnReplicate). The function returned gives the mesh once fanout.New has
+// returned (nil if it failed).
+func withMesh(cfg *fanout.Config, mc mesh.Config) func() *mesh.Mesh {
+	var m *mesh.Mesh
+	cfg.NewTransport = func(n *fanout.Node) (fanout.Transport, error) {
+		var err error
+		if m, err = mesh.New(mc, n); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	cfg.OnReplicate = func(origin string) { m.NoteCaller(origin) }
+	return func() *mesh.Mesh { return m }
 }

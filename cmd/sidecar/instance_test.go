@@ -13,6 +13,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/freeport"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/mesh"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,10 +34,11 @@ func TestInstanceWiring(t *testing.T) {
 	adminAddr, pprofAddr := ports.Addrs()[0], ports.Addrs()[1]
 	cfg := fanout.DefaultConfig()
 	cfg.NodeID = "wired"
-	cfg.Peers = []string{"127.0.0.1:1"} // unreachable: the peer shows up in status and metrics
+	mc := mesh.DefaultConfig()
+	mc.Peers = []string{"127.0.0.1:1"} // unreachable: the peer shows up in status and metrics
 	inst, err := startInstance(instanceConfig{
 		appAddr: "unix://" + sock, peerAddr: "127.0.0.1:0", adminAddr: adminAddr, pprofAddr: pprofAddr,
-		node: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		node: cfg, mesh: mc, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +172,7 @@ func TestInstanceDataDir(t *testing.T) {
 	start := func(id string, given bool, logTo io.Writer) (*instance, error) {
 		cfg := fanout.DefaultConfig()
 		cfg.NodeID = id
-		return startInstance(instanceConfig{appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg,
+		return startInstance(instanceConfig{appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg, mesh: mesh.DefaultConfig(),
 			log: slog.New(slog.NewJSONHandler(logTo, nil)), dataDir: dir, nodeIDGiven: given})
 	}
 	var log1 strings.Builder
@@ -225,7 +227,7 @@ func TestStreamsPerConnection(t *testing.T) {
 	cfg := fanout.DefaultConfig()
 	cfg.NodeID = "streams"
 	inst, err := startInstance(instanceConfig{
-		appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg, mesh: mesh.DefaultConfig(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

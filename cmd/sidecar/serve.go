@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,7 @@ type serveOptions struct {
 	security                     securityOptions
 	discovery                    discoveryOptions
 	node                         fanout.Config
+	mesh                         mesh.Config
 }
 
 func defaultServeOptions() serveOptions {
@@ -52,6 +54,7 @@ func defaultServeOptions() serveOptions {
 		memoryLimit:     "auto",
 		dataDirMinFree:  store.DefaultMinFreeBytes,
 		node:            fanout.DefaultConfig(),
+		mesh:            mesh.DefaultConfig(),
 		discovery:       defaultDiscoveryOptions(),
 	}
 }
@@ -59,7 +62,7 @@ func defaultServeOptions() serveOptions {
 // addFlags registers the flags of serve on fs. The usage text gives each default's
 // reason; docs/CLI.md (make docs) lists them all.
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
-	c := &o.node
+	c, m := &o.node, &o.mesh
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this sidecar's id (default: the hostname, which is the pod name on Kubernetes)")
 	fs.StringVar(&o.appAddr, "app-addr", o.appAddr, "FanoutService listener for the local app: host:port or unix:///path (loopback by default: only the local app may submit)")
 	fs.StringVar(&o.peerAddr, "peer-addr", o.peerAddr, "PeerService listener for the other sidecars (all interfaces: peers are on other hosts)")
@@ -68,12 +71,12 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "keep the state table, the clock and the node id in this directory (pebble, fsynced): a restart resumes from it, and Submit answers once events are on disk (empty: memory only; peers still bootstrap the node)")
 	fs.Int64Var(&o.dataDirMinFree, "data-dir-min-free-bytes", o.dataDirMinFree, "with --data-dir: below this much free space on its file system, commits are refused (Submit answers UNAVAILABLE, the node is not ready: \"disk full\") before the store sees ENOSPC, and resume by themselves once there is room (64 MiB: a commit, a memtable flush, compactions and a new MANIFEST; 0: no floor)")
 	fs.StringVar(&o.peers, "peers", o.peers, "comma-separated peer addresses host:port (their --peer-addr); this node's own address is detected and dropped")
-	fs.DurationVar(&c.PeerRemovalGrace, "peer-removal-grace", c.PeerRemovalGrace, "a peer that leaves the peer set (DNS no longer names it) is still sent what it has pending for this long, then the rest is dropped; named again before then, it is back with nothing lost (one --peers-refresh: a DNS answer that briefly leaves a pod out loses nothing)")
+	fs.DurationVar(&m.PeerRemovalGrace, "peer-removal-grace", m.PeerRemovalGrace, "a peer that leaves the peer set (DNS no longer names it) is still sent what it has pending for this long, then the rest is dropped; named again before then, it is back with nothing lost (one --peers-refresh: a DNS answer that briefly leaves a pod out loses nothing)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", o.gomaxprocs, "OS threads running Go code at once (1: a sidecar shares its pod's CPU with the app, and one keeps Go's scheduler from spinning idle threads: CPU per event at 10k events/s 33-37 instead of 41-44 µs, docs/BENCHMARKS.md; with --data-dir 2, so that the store's flushes and compactions do not take turns with the serving path; 0: Go's default, every CPU or the cgroup limit; the GOMAXPROCS variable applies when this flag is not given)")
 	fs.StringVar(&o.memoryLimit, "memory-limit", o.memoryLimit, "Go's soft heap limit, e.g. 240MiB: the GC works harder as the heap nears it instead of letting it grow to twice its live size (auto: GOMEMLIMIT if set, else 90% of the container's cgroup limit, else none; off: none)")
-	b := &c.Batcher
+	b := &m.Batcher
 	fs.IntVar(&b.MaxBuffer, "max-buffer", b.MaxBuffer, "pending events per peer before the oldest is evicted (Eureka's maxElementsInPeerReplicationPool)")
 	fs.IntVar(&b.MaxBatch, "max-batch", b.MaxBatch, "events per Replicate call (Eureka's BATCH_SIZE)")
 	fs.DurationVar(&b.MaxBatchingDelay, "max-batching-delay", b.MaxBatchingDelay, "how long the oldest event may wait for a fuller batch (0: send at once; Eureka uses 500ms)")
@@ -83,19 +86,19 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after it said it is overloaded (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY): it may recover in a moment")
 	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached: longer than the congestion pause, since a dead peer takes longer to come back")
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
-	fs.DurationVar(&c.ReplicateTimeout, "replicate-timeout", c.ReplicateTimeout, "deadline of one Replicate call, and of each anti-entropy call (Digest, Push, and the wait for each message of a Pull); a slower peer counts as congested (an anti-entropy call past it fails that round with the peer alone, which a later interval retries)")
+	fs.DurationVar(&m.ReplicateTimeout, "replicate-timeout", m.ReplicateTimeout, "deadline of one Replicate call, and of each anti-entropy call (Digest, Push, and the wait for each message of a Pull); a slower peer counts as congested (an anti-entropy call past it fails that round with the peer alone, which a later interval retries)")
 	fs.IntVar(&c.State.MaxKeys, "state-max-keys", c.State.MaxKeys, "keys the state table holds, deleted ones not included; at the bound a new key is refused (REFUSED to the app, BUSY to peers) and counted; peers' writes add keys only up to 90% of it, the rest is kept for this node's app")
 	fs.IntVar(&c.State.MaxTombstones, "state-max-tombstones", c.State.MaxTombstones, "deleted keys the state table remembers (for --tombstone-ttl); at the bound the oldest are forgotten early, and counted, so a delete is never refused")
 	fs.Int64Var(&c.State.MaxTombstoneBytes, "state-max-tombstone-bytes", c.State.MaxTombstoneBytes, "event bytes of the deleted keys the state table remembers; at the bound the oldest are forgotten early, as at --state-max-tombstones")
 	fs.Int64Var(&c.State.MaxBytes, "state-max-bytes", c.State.MaxBytes, "event bytes the state table holds; at the bound a write that would grow it is refused and counted (the table's own overhead is ~105 bytes per key on top, docs/BENCHMARKS.md)")
 	fs.DurationVar(&c.State.TombstoneTTL, "tombstone-ttl", c.State.TombstoneTTL, "how long a deleted key is remembered; a write older than the delete that arrives later than this brings the key back")
-	fs.DurationVar(&c.AntiEntropyInterval, "anti-entropy-interval", c.AntiEntropyInterval, "compare the state table with one peer, in turn, this often (±25%) and repair both; a round in sync costs ~150 bytes (0: off; bootstrap still runs)")
-	fs.DurationVar(&c.SyncTimeout, "sync-timeout", c.SyncTimeout, "at start, report the health service fanout.v1.FanoutService NOT_SERVING until the first sync with the reachable peers ends, or this long")
-	fs.Uint32Var(&c.Breaker.Failures, "breaker-failures", c.Breaker.Failures, "consecutive network failures that open a peer's circuit breaker")
-	fs.DurationVar(&c.Breaker.OpenFor, "breaker-open", c.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
-	fs.Uint32Var(&c.Breaker.Probes, "breaker-probes", c.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")
+	fs.DurationVar(&m.AntiEntropyInterval, "anti-entropy-interval", m.AntiEntropyInterval, "compare the state table with one peer, in turn, this often (±25%) and repair both; a round in sync costs ~150 bytes (0: off; bootstrap still runs)")
+	fs.DurationVar(&m.SyncTimeout, "sync-timeout", m.SyncTimeout, "at start, report the health service fanout.v1.FanoutService NOT_SERVING until the first sync with the reachable peers ends, or this long")
+	fs.Uint32Var(&m.Breaker.Failures, "breaker-failures", m.Breaker.Failures, "consecutive network failures that open a peer's circuit breaker")
+	fs.DurationVar(&m.Breaker.OpenFor, "breaker-open", m.Breaker.OpenFor, "how long an open breaker holds a peer's events before probing")
+	fs.Uint32Var(&m.Breaker.Probes, "breaker-probes", m.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")
 	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
-	addLimitFlags(fs, c)
+	addLimitFlags(fs, c, m)
 	o.security.addFlags(fs)
 	o.discovery.addFlags(fs)
 }
@@ -172,39 +175,39 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if o.memoryNote != "" {
 		log.Info(o.memoryNote)
 	}
-	if o.node.MaxPendingBytes == 0 { // not given: from the memory limit set above
+	if o.mesh.MaxPendingBytes == 0 { // not given: from the memory limit set above
 		var note string
-		o.node.MaxPendingBytes, note = pendingBudget(debug.SetMemoryLimit(-1))
+		o.mesh.MaxPendingBytes, note = pendingBudget(debug.SetMemoryLimit(-1))
 		log.Info(note)
 	}
 	list, err := peers.ParseList(o.peers)
 	if err != nil {
 		return err
 	}
-	o.node.Peers = list
+	o.mesh.Peers = list
 	disc, err := o.discovery.newDiscoverer(list, o.peerAddr, log)
 	if err != nil {
 		return err
 	}
 	var collectors []prometheus.Collector
 	if disc != nil {
-		o.node.Peers = disc.initial(ctx)
-		o.node.OnUnknownPeer = func(string) { disc.trigger() }
+		o.mesh.Peers = disc.initial(ctx)
+		o.mesh.OnUnknownPeer = func(string) { disc.trigger() }
 		// Peers DNS no longer names leave with their queues and goroutines; give
 		// their memory back at once (issue 25: RSS stayed up after DNS shrank).
-		o.node.ReturnMemory = debug.FreeOSMemory
+		o.mesh.ReturnMemory = debug.FreeOSMemory
 		collectors = append(collectors, newDiscoveryCollector(disc))
 	}
 	inst, err := startInstance(instanceConfig{
 		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr, pprofAddr: o.pprofAddr,
-		node: o.node, log: log, dataDir: o.dataDir, dataDirMinFree: o.dataDirMinFree, nodeIDGiven: o.nodeIDGiven, security: o.security,
+		node: o.node, mesh: o.mesh, log: log, dataDir: o.dataDir, dataDirMinFree: o.dataDirMinFree, nodeIDGiven: o.nodeIDGiven, security: o.security,
 		collectors: collectors, unaryReplicate: !o.replicateStream,
 	})
 	if err != nil {
 		return forFlags(err)
 	}
 	if disc != nil {
-		if err := disc.start(inst.node.SetPeers); err != nil {
+		if err := disc.start(inst.mesh.SetPeers); err != nil {
 			inst.shutdown(context.Background())
 			return err
 		}

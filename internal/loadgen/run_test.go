@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -37,18 +38,30 @@ func startInProcess(t *testing.T, n int) []string {
 		cfg := fanout.DefaultConfig()
 		cfg.NodeID = id
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg.Batcher.Workers = 2
-		cfg.Dial = func(addr string) (fanout.Replicator, error) { return fake.Dial(addr), nil }
+		mc := mesh.DefaultConfig()
+		mc.Batcher.Workers = 2
+		mc.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
+		mc.EventBytes, mc.MaxEventBytes, mc.MaxTaskIDBytes = cfg.Limits.EventBytes(), cfg.Limits.MaxEventBytes, cfg.Limits.MaxTaskIDBytes
+		mc.Logger = cfg.Logger
 		for _, o := range ids {
 			if o != id {
-				cfg.Peers = append(cfg.Peers, o)
+				mc.Peers = append(mc.Peers, o)
 			}
+		}
+		var m *mesh.Mesh
+		cfg.NewTransport = func(n *fanout.Node) (fanout.Transport, error) {
+			var err error
+			m, err = mesh.New(mc, n)
+			if err != nil {
+				return nil, err
+			}
+			return m, nil
 		}
 		node, err := fanout.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.Handle(id, fanout.NewPeerServer(node).Replicate)
+		fake.Handle(id, fanout.NewPeerServer(node, m).Replicate)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

@@ -45,7 +45,7 @@ func newAckLedger(purg *purgatory.Purgatory[ackKey]) *ackLedger {
 }
 
 // register adds op's waiters, one per (peer, task) of peers that can still answer.
-func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[outEvent]) []ackKey {
+func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[wire.Outgoing]) []ackKey {
 	keys := make([]ackKey, 0, len(op.peers)*len(tasks))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -55,7 +55,7 @@ func (l *ackLedger) register(op *ackOp, tasks []batcher.Task[outEvent]) []ackKey
 		}
 		for _, t := range tasks {
 			k := ackKey{peer: p, task: t.ID}
-			l.waiters[k] = append(l.waiters[k], ackWaiter{op: op, peer: i, version: t.Value.version})
+			l.waiters[k] = append(l.waiters[k], ackWaiter{op: op, peer: i, version: t.Value.Version})
 			keys = append(keys, k)
 		}
 	}
@@ -90,12 +90,12 @@ func (l *ackLedger) setWaiters(k ackKey, ws []ackWaiter) {
 
 // final is the batchers' OnFinal hook: task left peer's batcher for good with fate.
 // It runs on the batcher's acceptor goroutine, so it only takes short locks.
-func (l *ackLedger) final(peer string, t *batcher.Task[outEvent], fate batcher.Fate) {
+func (l *ackLedger) final(peer string, t *batcher.Task[wire.Outgoing], fate batcher.Fate) {
 	if l.waiting.Load() == 0 || fate == batcher.FateOverridden {
 		return
 	}
 	k := ackKey{peer: peer, task: t.ID}
-	if l.settle(k, t.Value.version, fate) {
+	if l.settle(k, t.Value.Version, fate) {
 		l.purg.CheckAndComplete(k)
 	}
 }

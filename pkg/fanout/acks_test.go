@@ -9,6 +9,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,7 +73,7 @@ func (g *gatedPeer) callCount() int {
 
 // ackCluster starts node "a" with peers named in handlers, each answered by its handler
 // (nil: unreachable).
-func ackCluster(t *testing.T, handlers map[string]peers.FakeHandler, tweak func(*Config)) *testNode {
+func ackCluster(t *testing.T, handlers map[string]peers.FakeHandler, tweak func(*nodeConfig)) *testNode {
 	t.Helper()
 	fake := peers.NewFakeNetwork()
 	var addrs []string
@@ -83,7 +84,7 @@ func ackCluster(t *testing.T, handlers map[string]peers.FakeHandler, tweak func(
 		}
 	}
 	cfg := testConfig("a", addrs...)
-	cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
+	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -177,8 +178,8 @@ func TestAckPolicies(t *testing.T) {
 func TestAckBreakerOpenFailsAtOnce(t *testing.T) {
 	fb := &breaker.Fake{}
 	fb.Set(breaker.Open, time.Hour)
-	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": okPeer}, func(c *Config) {
-		c.NewBreaker = func(breaker.Config) (breaker.Breaker, error) { return fb, nil }
+	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": okPeer}, func(c *nodeConfig) {
+		c.Mesh.NewBreaker = func(breaker.Config) (breaker.Breaker, error) { return fb, nil }
 	})
 	resp := submitAck(t, tn, fanoutv1.AckPolicy_ACK_POLICY_ALL, time.Minute, ev("k", ""))
 	wantAcks(t, resp, false, map[string]fanoutv1.PeerAckState{"p1": failed})
@@ -189,10 +190,10 @@ func TestAckBreakerOpenFailsAtOnce(t *testing.T) {
 
 func TestAckDroppedOnOverflow(t *testing.T) {
 	g := &gatedPeer{open: make(chan struct{})}
-	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": g.handle}, func(c *Config) {
-		c.Batcher.Workers = 1
-		c.Batcher.MaxBuffer = 1
-		c.Batcher.MaxBatch = 1
+	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": g.handle}, func(c *nodeConfig) {
+		c.Mesh.Batcher.Workers = 1
+		c.Mesh.Batcher.MaxBuffer = 1
+		c.Mesh.Batcher.MaxBatch = 1
 	})
 	// "busy" occupies the only worker; then y is evicted by z from the 1-slot buffer.
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("busy", "")}}); err != nil {
@@ -211,7 +212,7 @@ func TestAckDroppedOnOverflow(t *testing.T) {
 // acknowledged when the newer one is.
 func TestAckByReplacement(t *testing.T) {
 	g := &gatedPeer{open: make(chan struct{})}
-	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": g.handle}, func(c *Config) { c.Batcher.Workers = 1 })
+	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": g.handle}, func(c *nodeConfig) { c.Mesh.Batcher.Workers = 1 })
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("hold", "")}}); err != nil {
 		t.Fatal(err)
 	}

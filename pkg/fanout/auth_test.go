@@ -22,8 +22,9 @@ func TestPeerCallsBoundToTheCaller(t *testing.T) {
 		ids, ok := ctx.Value(callerKey{}).([]string)
 		return ids, ok
 	}
-	n := startTestNode(t, cfg).node
-	ps := NewPeerServer(n)
+	tn := startTestNode(t, cfg)
+	n := tn.node
+	ps := NewPeerServer(n, tn.mesh)
 	as := func(ids ...string) context.Context { return context.WithValue(context.Background(), callerKey{}, ids) }
 	replicate := func(ctx context.Context, origin string) error {
 		_, err := ps.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: origin, Events: []*fanoutv1.Event{{TaskId: "t-" + origin, Version: 1}}})

@@ -10,6 +10,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -23,13 +24,13 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 	// Every event has its own key, and b.N passed a million (the default
 	// --state-max-keys) at 2 s of -benchtime: a full table refuses new keys, and the
 	// benchmark waited forever for events never sent. Both tables get room for 8M.
-	roomy := func(cfg *Config) {
+	roomy := func(cfg *nodeConfig) {
 		cfg.State.MaxKeys = 8 << 20
 		cfg.State.MaxBytes = 4 << 30
 	}
 	recvCfg := testConfig("b")
 	roomy(&recvCfg)
-	nb, err := New(recvCfg)
+	nb, mb, err := newMeshNode(recvCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,17 +39,17 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 		b.Fatal(err)
 	}
 	srv := grpc.NewServer(peers.ServerOptions()...)
-	RegisterPeerServer(srv, NewPeerServer(nb))
+	RegisterPeerServer(srv, NewPeerServer(nb, mb))
 	go srv.Serve(lis)
 
 	sendCfg := testConfig("a", lis.Addr().String())
-	sendCfg.Batcher.Workers = workers
-	sendCfg.Batcher.MaxBuffer = 100_000
+	sendCfg.Mesh.Batcher.Workers = workers
+	sendCfg.Mesh.Batcher.MaxBuffer = 100_000
 	roomy(&sendCfg)
-	sendCfg.Dial = func(addr string) (Replicator, error) {
+	sendCfg.Mesh.Dial = func(addr string) (mesh.Conn, error) {
 		return peers.Dial(addr, peers.Options{MaxMessageBytes: 64 << 20, Unary: unary})
 	}
-	na, err := New(sendCfg)
+	na, err := newNode(sendCfg)
 	if err != nil {
 		b.Fatal(err)
 	}

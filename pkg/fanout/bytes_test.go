@@ -51,8 +51,8 @@ func (p *limitedPeer) received(id string) bool {
 func TestPeerRefusesTooLarge(t *testing.T) {
 	p := &limitedPeer{limit: 8 << 10, got: map[string]bool{}}
 	logs := &syncWriter{}
-	tn := nodeWithPeer(t, p.handle, func(cfg *Config) {
-		cfg.Batcher.Workers = 1
+	tn := nodeWithPeer(t, p.handle, func(cfg *nodeConfig) {
+		cfg.Mesh.Batcher.Workers = 1
 		cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})
 	events := []*fanoutv1.Event{{TaskId: "huge", Payload: make([]byte, 20<<10)}}
@@ -111,11 +111,11 @@ func TestPendingBoundedInBytes(t *testing.T) {
 		}
 		return nil, status.Error(codes.Unavailable, "away")
 	}
-	tn := nodeWithPeer(t, block, func(cfg *Config) {
-		cfg.Batcher.Workers = 1
+	tn := nodeWithPeer(t, block, func(cfg *nodeConfig) {
+		cfg.Mesh.Batcher.Workers = 1
 		cfg.Limits.MaxEventBytes = 4 << 10
-		cfg.Batcher.MaxBufferBytes = 64 << 10
-		cfg.Batcher.MaxBatchBytes = 8 << 10
+		cfg.Mesh.Batcher.MaxBufferBytes = 64 << 10
+		cfg.Mesh.Batcher.MaxBatchBytes = 8 << 10
 	})
 	defer close(release)
 	for i := range 100 { // 100 × ~4 KiB: 400 KiB for a 64 KiB buffer

@@ -7,81 +7,20 @@ import (
 	"os"
 	"time"
 
-	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/pkg/batcher"
-	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/configerr"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
-
-// Replicator sends one batch to one peer. *peers.Conn and *peers.FakeConn implement
-// it; *peers.Conn is a SyncPeer as well (sync.go). Its errors wrap peers.ErrCongestion, peers.ErrNetwork or peers.ErrPermanent.
-type Replicator interface {
-	// ReplicateFrame sends a ReplicateRequest of events events, already encoded.
-	ReplicateFrame(ctx context.Context, f *peers.Frame, events int) (*fanoutv1.ReplicateResponse, error)
-	Close() error
-}
 
 // Config configures a Node. It is copied by New; change nothing after.
 type Config struct {
 	// NodeID names this sidecar in ReplicateRequest.origin_node and in version
 	// tie-breaks. Default: the hostname (the pod name on Kubernetes).
 	NodeID string
-	// Peers are the peer addresses (host:port of their peer listeners) at start.
-	// SetPeers changes the set while the node runs (DNS discovery).
-	Peers []string
-	// Dial opens a Replicator to a peer address. Required when Peers is not empty,
-	// and for SetPeers.
-	Dial func(addr string) (Replicator, error)
-	// PeerRemovalGrace is how long a peer that left the set (SetPeers) is still
-	// sent what it had pending before the rest is dropped. 30s: one DNS refresh, so
-	// an answer that briefly leaves a pod out loses nothing, and well within a pod's
-	// termination grace. 0: drop at once.
-	PeerRemovalGrace time.Duration
-	// OnUnknownPeer, if set, is called (at most once a second, on the calling RPC's
-	// goroutine: it must not block) when a peer that is not in the set calls this
-	// node: a new node whose address the last DNS refresh did not have yet. The
-	// caller refreshes at once, so the new node gets this node's events without
-	// waiting for the next refresh.
-	OnUnknownPeer func(nodeID string)
-	// Batcher configures every per-peer batcher. Now, Logger, OnFinal and Budget are
-	// set by the Node.
-	Batcher batcher.Config[outEvent]
-	// ReturnMemory, if set, is called once the links of peers that left the set are
-	// closed (once for several that leave together, when the last of them has
-	// closed), so that the process can give the memory they held back to the OS: the
-	// runtime would keep it until its heap goal shrinks. The sidecar passes
-	// debug.FreeOSMemory. It runs on the goroutine that closed the last link.
-	ReturnMemory func()
-	// MaxPendingBytes bounds the events pending for all peers together (budget.go):
-	// each event's bytes once per peer it waits for, plus its bookkeeping (~200
-	// bytes). 256 MiB: the sidecar sets a quarter of its memory limit when it has
-	// one. At the bound, the peers over their share lose their oldest events.
-	MaxPendingBytes int
-	// Breaker configures every peer's circuit breaker (SPEC §5). Name, IsFailure,
-	// IsExcluded and OnStateChange are set by the Node.
-	Breaker breaker.Config
-	// NewBreaker makes a peer's breaker. Default breaker.New; tests pass fakes.
-	NewBreaker func(cfg breaker.Config) (breaker.Breaker, error)
-	// ReplicateTimeout is the deadline of one Replicate call. 5s: long enough for a
-	// full batch over a slow link; a peer slower than that is treated as congested.
-	ReplicateTimeout time.Duration
 	// TaskTTL is the default ttl of an event that sets none. 0: never expire; an event
 	// waits for its peer as long as the bounded buffer keeps it.
 	TaskTTL time.Duration
-	// AntiEntropyInterval is how often the node runs an anti-entropy round with one
-	// of its peers, in turn (SPEC §14), ±25 %. 30s: a key the fast path missed is
-	// repaired within a minute and a half with three peers, and a round in sync
-	// costs about 150 bytes. 0 turns the rounds off (bootstrap still runs).
-	AntiEntropyInterval time.Duration
-	// SyncTimeout bounds how long a starting node waits for its first sync before
-	// it reports ready anyway. 30s: a million keys transfer in a few seconds on a
-	// LAN; a peer slower than this should not keep a rolling deploy waiting.
-	SyncTimeout time.Duration
-	// SyncMessageBytes bounds one anti-entropy message (antientropy.Config). 0: 1 MiB.
-	SyncMessageBytes int
 	// Store, if set, is the durable copy of the state table (--data-dir, pkg/store):
 	// New loads it and raises the clock past its high-water mark, every change is
 	// committed to it, and Submit answers once its events are on disk. The caller
@@ -94,13 +33,6 @@ type Config struct {
 	// caller's identities is refused (PERMISSION_DENIED): a peer writes only as
 	// itself. nil: peers are not authenticated (plaintext), and every origin is taken.
 	CallerIDs func(ctx context.Context) (ids []string, ok bool)
-	// ReadyCheck, if set, is asked at every readiness check (Readiness, GetStatus,
-	// /readyz, fanout_ready): while it returns an error the node is not ready, with
-	// the error as the reason. The bootstrap also waits for it to pass (asked every
-	// second): the peers could not be reached before. The sidecar checks its peer
-	// certificate with it: every peer refuses an expired one. It must be quick and
-	// safe for concurrent use. nil: bootstrap and draining alone decide.
-	ReadyCheck func() error
 	// State bounds the state table (state.DefaultConfig gives the reasons).
 	// FirstRevision and Collected are set by the Node.
 	State state.Config
@@ -110,22 +42,28 @@ type Config struct {
 	Logger *slog.Logger
 	// Now reads the clock. Default time.Now.
 	Now func() time.Time
+	// After waits: its channel receives once, d from now, as time.After. The node's
+	// own waits go through it (the tombstone collector's). Default time.After.
+	After func(d time.Duration) <-chan time.Time
+
+	// NewTransport, if set, builds the node's transport (transport.go): New calls it
+	// once, with the node built and not yet running. The sidecar passes one that
+	// builds the mesh (pkg/mesh). nil: the node replicates to no one.
+	NewTransport func(n *Node) (Transport, error)
+	// OnReplicate, if set, is called with the origin of every Replicate request the
+	// node takes (valid and authorized), on the calling RPC's goroutine: it must not
+	// block. The mesh notes there the peers that call this node and are not in its
+	// peer set (mesh.Mesh.NoteCaller).
+	OnReplicate func(origin string)
 }
 
 // DefaultConfig returns the defaults of SPEC §4, §6 and §10.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		NodeID:              host,
-		Batcher:             batcher.DefaultConfig[outEvent](),
-		Breaker:             breaker.DefaultConfig(),
-		ReplicateTimeout:    5 * time.Second,
-		AntiEntropyInterval: 30 * time.Second,
-		SyncTimeout:         30 * time.Second,
-		PeerRemovalGrace:    30 * time.Second,
-		MaxPendingBytes:     256 << 20,
-		State:               state.DefaultConfig(),
-		Limits:              DefaultLimits(),
+		NodeID: host,
+		State:  state.DefaultConfig(),
+		Limits: DefaultLimits(),
 	}
 }
 
@@ -143,14 +81,6 @@ func (c *Config) validate() error {
 	}
 	check(len(c.NodeID) <= MaxNodeIDBytes, "fanout.Config.NodeID", "is %d bytes, at most %d (a DNS name fits)", len(c.NodeID), MaxNodeIDBytes)
 	errs = append(errs, c.validateBytes()...)
-	check(len(c.Peers) == 0 || c.Dial != nil, "fanout.Config.Dial", "must be set when there are peers")
-	if c.Dial != nil { // peers now or later (SetPeers): their batchers and breakers must be makeable
-		errs = append(errs, c.Batcher.Validate(), c.Breaker.Validate())
-	}
-	check(c.ReplicateTimeout > 0, "fanout.Config.ReplicateTimeout", "must be > 0, got %s", c.ReplicateTimeout)
-	check(c.AntiEntropyInterval >= 0, "fanout.Config.AntiEntropyInterval", "must be >= 0 (0: off), got %s", c.AntiEntropyInterval)
-	check(c.SyncTimeout >= 0, "fanout.Config.SyncTimeout", "must be >= 0, got %s", c.SyncTimeout)
-	check(c.PeerRemovalGrace >= 0, "fanout.Config.PeerRemovalGrace", "must be >= 0 (0: drop at once), got %s", c.PeerRemovalGrace)
 	check(c.TaskTTL >= 0, "fanout.Config.TaskTTL", "must be >= 0, got %s", c.TaskTTL)
 	check(c.State.MaxKeys > 0, "fanout.Config.State.MaxKeys", "must be > 0, got %d", c.State.MaxKeys)
 	check(c.State.MaxBytes > 0, "fanout.Config.State.MaxBytes", "must be > 0, got %d", c.State.MaxBytes)
@@ -166,7 +96,7 @@ func (c *Config) validate() error {
 const maxEventBytes = store.MaxRawBytes
 
 // validateBytes checks that the byte bounds fit each other: one event at the limits
-// fits a request on the app listener, and a peer's pending buffer.
+// fits a request on the app listener (the mesh checks its own buffers).
 func (c *Config) validateBytes() []error {
 	var errs []error
 	ev := c.Limits.EventBytes()
@@ -175,39 +105,13 @@ func (c *Config) validateBytes() []error {
 			"%d is too big: an event encodes to at most %d bytes", c.Limits.MaxEventBytes, maxEventBytes))
 	}
 	if c.Limits.MaxEventBytes > 0 && ev <= maxEventBytes {
-		if need := ev + messageOverhead; c.Limits.MaxRequestBytes < need {
+		if need := ev + wire.MessageOverhead(); c.Limits.MaxRequestBytes < need {
 			errs = append(errs, configerr.New("fanout.Config.Limits.MaxRequestBytes",
 				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id and attributes: at least %d, got %d",
 				c.Limits.MaxEventBytes, need, c.Limits.MaxRequestBytes))
 		}
-		if need := c.pendingBudgetBytes(); c.MaxPendingBytes < need {
-			errs = append(errs, configerr.New("fanout.Config.MaxPendingBytes",
-				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id, attributes and bookkeeping: at least %d, got %d",
-				c.Limits.MaxEventBytes, need, c.MaxPendingBytes))
-		}
-		if need := replicateItemBytes(ev); c.Batcher.MaxBufferBytes < need {
-			errs = append(errs, configerr.New("batcher.Config.MaxBufferBytes",
-				"must hold one event of fanout.Config.Limits.MaxEventBytes (%d) with its task_id and attributes: at least %d, got %d",
-				c.Limits.MaxEventBytes, need, c.Batcher.MaxBufferBytes))
-		}
 	}
 	return errs
-}
-
-// PeerMessageBytes is the receive and send limit of the peer listener and of the
-// connections to peers (gRPC refuses a bigger message with RESOURCE_EXHAUSTED before
-// decoding it): a Replicate request of Batcher.MaxBatchBytes, or an anti-entropy
-// message of SyncMessageBytes, plus one event at the limits (a batch or a message
-// stops before the event that does not fit, and an event bigger than one travels
-// alone), plus messageOverhead: 5,265,201 bytes (5.0 MiB) with the defaults. A peer
-// with the same limits takes every batch this node sends; one with smaller limits
-// refuses some, and the batcher splits them (batcher.TooLarge).
-func (c *Config) PeerMessageBytes() int {
-	sync := c.SyncMessageBytes
-	if sync <= 0 {
-		sync = 1 << 20 // antientropy's default
-	}
-	return max(c.Batcher.MaxBatchBytes, sync) + replicateItemBytes(c.Limits.EventBytes()) + messageOverhead
 }
 
 // AppSendBytes is the send limit of the app listener: a Subscribe message of at most
@@ -216,7 +120,7 @@ func (c *Config) PeerMessageBytes() int {
 // SubmitResponse of MaxEvents results is far smaller. Subscribe and Get keep to their
 // own bounds; this is the backstop.
 func (c *Config) AppSendBytes() int {
-	return maxBatchBytes + c.Limits.EntryBytes() + messageOverhead
+	return maxBatchBytes + c.Limits.EntryBytes() + wire.MessageOverhead()
 }
 
 func (c *Config) fillDefaults() {
@@ -226,7 +130,7 @@ func (c *Config) fillDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.NewBreaker == nil {
-		c.NewBreaker = breaker.New
+	if c.After == nil {
+		c.After = time.After
 	}
 }

@@ -25,20 +25,18 @@
 //     its revision, STALE (the table holds this version or a newer one: the event is
 //     not sent, so [v10, v5] in one request sends v10) or REFUSED (the table is at a
 //     bound);
-//  5. offers the accepted events, as one slice shared read-only by all peers, to every
-//     peer's batcher (package batcher) and returns once each batcher's acceptor has
-//     them. The answer is written from bytes (wire.AppendSubmitResponse). A Submit's
+//  5. hands the accepted events, as one slice shared read-only by every destination,
+//     to its Transport (transport.go) in one Publish call, which returns once every
+//     destination has them queued (the mesh: once each peer's batcher's acceptor has
+//     them). The answer is written from bytes (wire.AppendSubmitResponse). A Submit's
 //     scratch is pooled and small events' bytes are cut from shared chunks (outArena),
 //     so the node's own path allocates a few times per request, not per event.
 //
-// Send. Each peer has a link: its batcher plus a Replicator (package peers). The
-// batcher's workers call link.Process with a batch; Process builds one
-// ReplicateRequest, calls the peer with --replicate-timeout, and maps the outcome to the
-// batcher's classes: a ReplicateResponse gives per-item outcomes (OK, STALE, BUSY,
-// INVALID); peers.ErrCongestion, ErrNetwork and ErrPermanent give the whole-batch
-// classes. From the first response the link learns the peer's node id; a peer that
-// answers with our own id is this node listed among its peers, and the link is
-// dropped.
+// Send. The transport carries them (transport.go says the contract). The mesh
+// (pkg/mesh), the sidecar's, keeps a link per peer: a batcher, a circuit breaker and a
+// connection that sends each batch as one ReplicateRequest; it also runs the
+// anti-entropy rounds and the bootstrap that decides when the node is ready, and
+// reports every event's fate at every peer back to the node (AckFates).
 //
 // Receive. PeerServer.Replicate validates the request, then each event: an invalid one
 // (or one more than five minutes ahead of the clock) is INVALID; one from our own
@@ -75,11 +73,14 @@
 // cache from the snapshot (an informer) would see keys vanish or go back to older
 // versions than it saw before the node restarted.
 //
-// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: before its
-// events are offered, the ackLedger registers one waiter per (peer, task_id) and the
+// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: the transport's
+// Publish first tells the node the destinations it hands the events to (and which of
+// them cannot acknowledge now: a peer whose breaker is open), and before any event is
+// queued the ackLedger registers one waiter per (destination, task_id) and the
 // purgatory (package purgatory) watches the op under the same keys, with its deadline
 // (ack_timeout, capped below the call's deadline) on a timing wheel (package
-// timingwheel). Every batcher reports each task's fate through OnFinal; the ledger
+// timingwheel). The transport reports each task's fate at each destination (the mesh:
+// every batcher's OnFinal, through AckFates); the ledger
 // settles the waiters that need that version or older (OK and STALE acknowledge,
 // overflow, expiry and removal drop, a permanent error fails) and asks the purgatory to
 // check the key. The op completes once the policy is met, can no longer be met, or its
@@ -88,11 +89,13 @@
 //
 // # Goroutines
 //
-// New starts run (which drops self-links), the tombstone collector (every quarter of
-// --tombstone-ttl) and the timing wheel's driver (asleep while no ack waits); each
-// batcher starts its own acceptor and workers. A Subscribe stream runs on its gRPC
-// handler's goroutine. Close cancels and waits for all of them, then closes the
-// batchers and connections. Drain marks the node draining and waits for the batchers to
-// empty. Status and the Prometheus Collector read atomics and batcher Stats, so neither
+// New builds the transport (Config.NewTransport) and starts the tombstone collector
+// (every quarter of --tombstone-ttl, on Config.After) and the timing wheel's driver
+// (asleep while no ack waits); the transport starts its own (the mesh: its batchers,
+// its janitor and anti-entropy). A Subscribe stream runs on its gRPC handler's
+// goroutine. Close cancels and waits for the node's goroutines, then closes the
+// transport (what is still queued ends with its fate) and the data dir's writer. Drain
+// marks the node draining and waits for the transport to empty. Status and the
+// Prometheus Collector read atomics and the transport's rows and series, so neither
 // adds work to the hot path.
 package fanout

@@ -10,6 +10,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,12 +62,12 @@ func answer(s fanoutv1.ItemStatus) func(*fanoutv1.ReplicateRequest) (*fanoutv1.R
 }
 
 // nodeWithPeer starts node "a" whose only peer "p" is answered by handler.
-func nodeWithPeer(t *testing.T, handler peers.FakeHandler, tweak func(*Config)) *testNode {
+func nodeWithPeer(t *testing.T, handler peers.FakeHandler, tweak func(*nodeConfig)) *testNode {
 	t.Helper()
 	fake := peers.NewFakeNetwork()
 	fake.Handle("p", handler)
 	cfg := testConfig("a", "p")
-	cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
+	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -105,7 +106,7 @@ func TestFailureClassesAtTheEdge(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := &scriptedPeer{script: c.script}
-			tn := nodeWithPeer(t, p.handle, func(cfg *Config) { cfg.Batcher.Workers = 1 })
+			tn := nodeWithPeer(t, p.handle, func(cfg *nodeConfig) { cfg.Mesh.Batcher.Workers = 1 })
 			if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
 				t.Fatal(err)
 			}
@@ -137,8 +138,8 @@ func TestBreakerOpenHoldsEvents(t *testing.T) {
 	fb := &breaker.Fake{}
 	fb.Set(breaker.Open, time.Millisecond)
 	p := &scriptedPeer{}
-	tn := nodeWithPeer(t, p.handle, func(cfg *Config) {
-		cfg.NewBreaker = func(breaker.Config) (breaker.Breaker, error) { return fb, nil }
+	tn := nodeWithPeer(t, p.handle, func(cfg *nodeConfig) {
+		cfg.Mesh.NewBreaker = func(breaker.Config) (breaker.Breaker, error) { return fb, nil }
 	})
 	for i := range 5 {
 		if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", string(rune('0'+i)))}}); err != nil {
@@ -173,7 +174,7 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 		}
 		return allItems(req, fanoutv1.ItemStatus_ITEM_STATUS_OK), nil
 	}
-	tn := nodeWithPeer(t, handler, func(cfg *Config) { cfg.Breaker.OpenFor = 50 * time.Millisecond })
+	tn := nodeWithPeer(t, handler, func(cfg *nodeConfig) { cfg.Mesh.Breaker.OpenFor = 50 * time.Millisecond })
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 func TestPeerLastError(t *testing.T) {
 	p := &scriptedPeer{script: script(failWith(codes.Unavailable), failWith(codes.InvalidArgument))}
 	logs := &syncWriter{}
-	tn := nodeWithPeer(t, p.handle, func(cfg *Config) {
+	tn := nodeWithPeer(t, p.handle, func(cfg *nodeConfig) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	if st := peerStatus(tn); st.GetLastError() != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -20,32 +21,69 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // stack without sockets.
 type testNode struct {
 	node *Node
+	mesh *mesh.Mesh // the node's transport
 	app  fanoutv1.FanoutServiceClient
 	peer fanoutv1.PeerServiceClient
 	cc   *grpc.ClientConn // nil for nodes on a FakeNetwork
 }
 
-func testConfig(id string, peerAddrs ...string) Config {
-	cfg := DefaultConfig()
+// nodeConfig is a node's configuration and its mesh's (its transport, pkg/mesh), as
+// the tests set them. Its Logger, unless Mesh.Logger is set, is both's.
+type nodeConfig struct {
+	Config
+	Mesh mesh.Config
+}
+
+func testConfig(id string, peerAddrs ...string) nodeConfig {
+	cfg := nodeConfig{Config: DefaultConfig(), Mesh: mesh.DefaultConfig()}
 	cfg.NodeID = id
-	cfg.Peers = peerAddrs
-	cfg.Batcher.Workers = 2
-	cfg.Batcher.CongestionRetryDelay = 5 * time.Millisecond
-	cfg.Batcher.NetworkFailureRetryDelay = 5 * time.Millisecond
+	cfg.Mesh.Peers = peerAddrs
+	cfg.Mesh.Batcher.Workers = 2
+	cfg.Mesh.Batcher.CongestionRetryDelay = 5 * time.Millisecond
+	cfg.Mesh.Batcher.NetworkFailureRetryDelay = 5 * time.Millisecond
 	cfg.Logger = discardLogger()
 	return cfg
 }
 
-func startTestNode(t *testing.T, cfg Config) *testNode {
+// newMeshNode builds the node of cfg with its mesh, as the sidecar wires them.
+func newMeshNode(cfg nodeConfig) (*Node, *mesh.Mesh, error) {
+	mc := cfg.Mesh
+	mc.EventBytes, mc.MaxEventBytes, mc.MaxTaskIDBytes = cfg.Limits.EventBytes(), cfg.Limits.MaxEventBytes, cfg.Limits.MaxTaskIDBytes
+	if mc.Logger == nil {
+		mc.Logger = cfg.Logger
+	}
+	if mc.Now == nil {
+		mc.Now = cfg.Now
+	}
+	var m *mesh.Mesh
+	cfg.NewTransport = func(n *Node) (Transport, error) {
+		var err error
+		if m, err = mesh.New(mc, n); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	cfg.OnReplicate = func(origin string) { m.NoteCaller(origin) }
+	n, err := New(cfg.Config)
+	return n, m, err
+}
+
+// newNode is newMeshNode for a test that needs no handle on the mesh.
+func newNode(cfg nodeConfig) (*Node, error) {
+	n, _, err := newMeshNode(cfg)
+	return n, err
+}
+
+func startTestNode(t *testing.T, cfg nodeConfig) *testNode {
 	t.Helper()
-	n, err := New(cfg)
+	n, m, err := newMeshNode(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(peers.FrameServerOption())
 	RegisterFanoutServer(srv, NewFanoutServer(n))
-	RegisterPeerServer(srv, NewPeerServer(n))
+	RegisterPeerServer(srv, NewPeerServer(n, m))
 	go srv.Serve(lis)
 	cc, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -59,12 +97,12 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 		n.Close()
 		srv.Stop()
 	})
-	return &testNode{node: n, app: fanoutv1.NewFanoutServiceClient(cc), peer: fanoutv1.NewPeerServiceClient(cc), cc: cc}
+	return &testNode{node: n, mesh: m, app: fanoutv1.NewFanoutServiceClient(cc), peer: fanoutv1.NewPeerServiceClient(cc), cc: cc}
 }
 
 // cluster wires len(ids) nodes through a FakeNetwork: node i's peers are the others,
 // addressed by id.
-func cluster(t *testing.T, ids []string, tweak func(*Config)) map[string]*testNode {
+func cluster(t *testing.T, ids []string, tweak func(*nodeConfig)) map[string]*testNode {
 	t.Helper()
 	fake := peers.NewFakeNetwork()
 	nodes := make(map[string]*testNode)
@@ -76,13 +114,13 @@ func cluster(t *testing.T, ids []string, tweak func(*Config)) map[string]*testNo
 			}
 		}
 		cfg := testConfig(id, others...)
-		cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
+		cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
 		if tweak != nil {
 			tweak(&cfg)
 		}
 		tn := startTestNode(t, cfg)
 		nodes[id] = tn
-		ps := NewPeerServer(tn.node)
+		ps := NewPeerServer(tn.node, tn.mesh)
 		fake.Handle(id, ps.Replicate)
 	}
 	return nodes

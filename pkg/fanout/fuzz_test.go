@@ -40,7 +40,7 @@ func FuzzReadSubmit(f *testing.F) {
 	cfg.Limits.MaxEventBytes = 64
 	cfg.Limits.MaxAttributes = 4
 	cfg.Limits.MaxAttributeBytes = 32
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func FuzzReplicateBytes(f *testing.F) {
 	f.Add([]byte("garbage"))
 	cfg := testConfig("fuzz")
 	cfg.State.MaxKeys = 8 // the BUSY path too
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -193,13 +193,13 @@ func FuzzApplySync(f *testing.F) {
 		if proto.Unmarshal(data, &req) != nil {
 			return
 		}
-		n, err := New(testConfig("a"))
+		n, err := newNode(testConfig("a"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer n.Close()
 		before := n.table.Revision()
-		applied, err := n.applySync("fuzz", req.GetEntries())
+		applied, err := n.Apply("fuzz", req.GetEntries())
 		if err != nil {
 			if n.table.Revision() != before || applied != 0 {
 				t.Fatalf("refused (%v) but applied %d", err, applied)

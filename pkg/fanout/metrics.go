@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,73 +14,26 @@ import (
 // the batcher's counters as in PeerStatus, received events as ItemStatus, submitted
 // ones as EventOutcome.
 type Collector struct {
-	node   *Node
-	d      descs
-	budget budgetDescs // budget.go
+	node *Node
+	d    descs
 }
 
 type descs struct {
-	peers, events, queue, pendingBytes, idle, breaker, rtt, conflict, setChanges, removedDropped *prometheus.Desc
-	syncRounds, syncKeys, syncBytes, syncLast, syncDur                                           *prometheus.Desc
-	syncLimited, syncTimeouts                                                                    *prometheus.Desc
-	submitted, received, lag, ackWait, refused, versions, relayed                                *prometheus.Desc
-	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted                   *prometheus.Desc
-	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                                  *prometheus.Desc
-	tombBytes, tombsLimit, tombBytesLimit, peerWrites, ownOrigin                                 *prometheus.Desc
-	diskFailures, diskFull                                                                       *prometheus.Desc
+	submitted, received, lag, ackWait, refused, versions, relayed              *prometheus.Desc
+	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
+	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                *prometheus.Desc
+	tombBytes, tombsLimit, tombBytesLimit, peerWrites, ownOrigin               *prometheus.Desc
+	diskFailures, diskFull                                                     *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
 
 // NewCollector returns a collector for n; register it on the caller's registry.
 func NewCollector(n *Node) *Collector {
-	peer := []string{"peer", "peer_id"}
-	with := func(l ...string) []string { return append(append([]string(nil), peer...), l...) }
 	g := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
-	return &Collector{node: n, budget: newBudgetDescs(), d: descs{
-		peers: g("fanout_peers", "1 per peer in this node's peer set; 0 for a peer that left it (DNS no longer names it) and is still sent "+
-			"what it had pending, for up to --peer-removal-grace. peer_id is its node id once it has answered.", peer...),
-		conflict: g("fanout_peer_node_id_conflict",
-			"1 when the peer's node id clashes: it answers with this node's own id from another process (its events fail as permanent errors), "+
-				"or another peer answers with the same id. GetStatus says which. Give every node its own --node-id.", peer...),
-		setChanges: g("fanout_peer_set_changes_total",
-			"Changes of the peer set (static --peers and DNS discovery): added, removed (left the set), returned (named again within "+
-				"--peer-removal-grace, nothing dropped).", "change"),
-		removedDropped: g("fanout_peer_removed_dropped_events_total",
-			"Events still pending for peers removed from the set when their --peer-removal-grace ended: dropped (DROPPED \"peer removed\" "+
-				"to ack waiters; a peer that comes back gets them by anti-entropy)."),
-		events: g("fanout_peer_events_total",
-			"Events queued for a peer, by what happened to them: accepted (queued), overridden (replaced by a newer event "+
-				"of the same task_id before it was sent), overflow (evicted from a full queue, --max-buffer), expired (past "+
-				"its ttl), replayed (sent again after a failed call), succeeded (the peer answered OK), congestion, "+
-				"transient and permanent (in a call that failed so), stale (the peer held newer), too_large (the peer "+
-				"refused it, alone, as bigger than it accepts).", with("kind")...),
-		queue: g("fanout_peer_queue_events",
-			"Events waiting for a peer, by queue: acceptor (handed over, not yet sorted), reprocess (to retry), "+
-				"pending (waiting for a worker), in_flight (in a Replicate call).", with("queue")...),
-		pendingBytes: g("fanout_peer_pending_bytes",
-			"Bytes of the events pending for a peer (encoded, as sent), bounded by --max-buffer-bytes.", peer...),
-		idle:    g("fanout_peer_idle_workers", "Workers of a peer's batcher not in a Replicate call (of --workers).", peer...),
-		breaker: g("fanout_peer_breaker_state", "1 for the peer's current circuit-breaker state: closed, open or half-open.", with("state")...),
-		rtt: g("fanout_peer_replicate_duration_seconds",
-			"Duration of each Replicate call to the peer, answered or failed (a call past --replicate-timeout fails).", peer...),
-		syncRounds: g("fanout_sync_rounds_total",
-			"Anti-entropy rounds this node called, by result: in_sync, repaired, failed.", with("result")...),
-		syncKeys: g("fanout_sync_keys_repaired_total",
-			"Entries anti-entropy stored: pulled (from the peer, here) and pushed (from here, at the peer).", with("direction")...),
-		syncBytes: g("fanout_sync_bytes_total",
-			"Bytes of anti-entropy rounds (protobuf sizes): digest (the hash tree walk) and all.", with("kind")...),
-		syncLast: g("fanout_sync_last_success_timestamp_seconds",
-			"When the last anti-entropy round with the peer that completed ended.", peer...),
-		syncDur: g("fanout_sync_last_duration_seconds", "How long the last completed anti-entropy round with the peer took.", peer...),
-		syncLimited: g("fanout_sync_push_limited_total",
-			"Anti-entropy rounds in which the peer asked for more than a round pushes, by what it got: cut (the first 10,000 entries "+
-				"or 4 MiB) or held (nothing: it asked for too much in a recent round, and waits out a hold of 1m, doubling to 16m).", with("reason")...),
-		syncTimeouts: g("fanout_sync_call_timeouts_total",
-			"Anti-entropy calls to the peer that passed their deadline, by call: digest, pull (silent for --replicate-timeout, "+
-				"or not ended within 1m), push. The round fails; the rounds with the other peers go on.", with("call")...),
+	return &Collector{node: n, d: descs{
 		submitted: g("fanout_submitted_events_total",
 			"Events the local app submitted, by outcome: accepted, stale (the node held a newer version), refused (the state table is full).", "outcome"),
 		received: g("fanout_received_events_total",
@@ -144,16 +96,13 @@ func NewCollector(n *Node) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
-	for _, x := range []*prometheus.Desc{d.peers, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
-		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur, d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions, d.relayed,
+	for _, x := range []*prometheus.Desc{d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions, d.relayed,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit, d.diskFailures, d.diskFull,
 		d.tombBytes, d.tombsLimit, d.tombBytesLimit, d.peerWrites, d.ownOrigin} {
 		ch <- x
 	}
-	ch <- d.syncLimited
-	ch <- d.syncTimeouts
-	c.budget.describe(ch)
+	c.node.tr.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -165,23 +114,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
-	for _, l := range n.allLinks() {
-		addr, id := l.addr, l.peerNodeID()
-		st := l.b.Stats()
-		gauge(d.peers, boolGauge(!l.removing.Load()), addr, id)
-		gauge(d.conflict, boolGauge(l.conflict.Load() != nil), addr, id)
-		for _, kv := range counters(st) {
-			counter(d.events, kv.v, addr, id, kv.k)
-		}
-		for _, kv := range gauges(st) {
-			gauge(d.queue, float64(kv.v), addr, id, kv.k)
-		}
-		gauge(d.pendingBytes, float64(st.PendingBytes), addr, id)
-		gauge(d.idle, float64(st.IdleWorkers), addr, id)
-		gauge(d.breaker, 1, addr, id, l.br.State().String())
-		ch <- constHistogram(d.rtt, l.rtt, addr, id)
-		c.collectSync(ch, l, id)
-	}
+	n.tr.Collect(ch) // the transport's series: per peer, for the mesh
 
 	for i, name := range subOutcomeNames {
 		counter(d.submitted, n.submitted[i].Load(), name)
@@ -194,11 +127,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(d.refused, n.refused.unauthenticated.Load(), "unauthenticated")
 	counter(d.refused, n.refused.origin.Load(), "origin")
-	counter(d.setChanges, n.members.added.Load(), "added")
-	counter(d.setChanges, n.members.removed.Load(), "removed")
-	counter(d.setChanges, n.members.returned.Load(), "returned")
-	counter(d.removedDropped, n.members.dropped.Load())
-	c.budget.collect(n, ch)
 	counter(d.relayed, n.relayed.Load())
 	counter(d.versions, n.versionsRefused.app.Load(), "app")
 	counter(d.versions, n.versionsRefused.peer.Load(), "peer")
@@ -259,51 +187,4 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 type kv struct {
 	k string
 	v uint64
-}
-
-// counters are the batcher's counters under the names of PeerStatus.
-func counters(s batcher.Stats) []kv {
-	return []kv{
-		{"accepted", s.Accepted}, {"overridden", s.Overridden}, {"overflow", s.Overflow},
-		{"expired", s.Expired}, {"replayed", s.Replayed}, {"succeeded", s.Succeeded},
-		{"congestion", s.Congestion}, {"transient", s.Transient}, {"permanent", s.Permanent},
-		{"stale", s.Stale}, {"too_large", s.TooLarge},
-	}
-}
-
-// gauges are the batcher's queues, in events.
-func gauges(s batcher.Stats) []kv {
-	return []kv{
-		{"acceptor", s.AcceptorQueue}, {"reprocess", s.ReprocessQueue}, {"pending", s.Pending},
-		{"in_flight", s.InFlight},
-	}
-}
-
-func (c *Collector) collectSync(ch chan<- prometheus.Metric, l *link, id string) {
-	d, s := &c.d, &l.sync
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, k := range []kv{{"in_sync", s.inSync}, {"repaired", s.repaired}, {"failed", s.errs}} {
-		ch <- prometheus.MustNewConstMetric(d.syncRounds, prometheus.CounterValue, float64(k.v), l.addr, id, k.k)
-	}
-	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pulled), l.addr, id, "pulled")
-	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pushed), l.addr, id, "pushed")
-	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.digestBytes), l.addr, id, "digest")
-	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.bytes), l.addr, id, "all")
-	ch <- prometheus.MustNewConstMetric(d.syncLimited, prometheus.CounterValue, float64(s.pushCut), l.addr, id, "cut")
-	ch <- prometheus.MustNewConstMetric(d.syncLimited, prometheus.CounterValue, float64(s.pushHeld), l.addr, id, "held")
-	for _, call := range syncCalls {
-		ch <- prometheus.MustNewConstMetric(d.syncTimeouts, prometheus.CounterValue, float64(s.timeouts[call]), l.addr, id, call)
-	}
-	if !s.lastSuccess.IsZero() {
-		ch <- prometheus.MustNewConstMetric(d.syncLast, prometheus.GaugeValue, float64(s.lastSuccess.UnixNano())/1e9, l.addr, id)
-		ch <- prometheus.MustNewConstMetric(d.syncDur, prometheus.GaugeValue, s.lastDuration.Seconds(), l.addr, id)
-	}
-}
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

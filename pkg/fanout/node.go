@@ -3,7 +3,6 @@ package fanout
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -12,8 +11,6 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/antientropy"
-	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/purgatory"
 	"github.com/fanout/fanout/pkg/state"
@@ -67,20 +64,12 @@ type Node struct {
 	purg     *purgatory.Purgatory[ackKey]
 	acks     *ackLedger
 
-	// links is the current peer set, copy-on-write: Submit loads it without a lock.
-	// Written by New, then only under members.mu (SetPeers, self-removal; members.go).
-	links   atomic.Pointer[[]*link]
-	members members
-	// budget bounds the events pending for every peer together (budget.go).
-	budget *batcher.Budget
+	// tr carries the accepted events to the other nodes (transport.go): the mesh,
+	// or loneTransport without Config.NewTransport. Set by New, never changed.
+	tr Transport
 	// incarnation is drawn at random when the node starts, never 0: a peer that
 	// answers with this node's id and another incarnation is another process.
 	incarnation uint64
-
-	// syncer runs anti-entropy rounds and answers the peers' (sync.go); readiness
-	// is the bootstrap's outcome.
-	syncer    *antientropy.Syncer
-	readiness readiness
 
 	// persist writes every change of the table to cfg.Store (--data-dir); nil
 	// without one. It stops after every other writer, in Close.
@@ -95,18 +84,18 @@ type Node struct {
 	draining atomic.Bool
 	ctx      context.Context // cancelled by Close
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup // run, the tombstone collector, anti-entropy and its bootstrap rounds
+	wg       sync.WaitGroup // the tombstone collector
 	closed   sync.Once
 }
 
-// New builds a node and starts its goroutines: one batcher per peer, the peer-set
-// janitor, the tombstone collector and anti-entropy (which bootstraps first). Close stops them.
+// New builds a node, its transport (Config.NewTransport) and starts its goroutines:
+// the tombstone collector and the timing wheel's driver (the transport starts its
+// own). Close stops them.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg.fillDefaults()
-	cfg.Peers = append([]string(nil), cfg.Peers...)
 	// Revisions start at the start time in version units, so a revision handed out
 	// before a restart is below the new table's first and is refused on resume.
 	start := cfg.Now()
@@ -130,14 +119,6 @@ func New(cfg Config) (*Node, error) {
 		// rand.Uint64 is seeded per process; |1 keeps it off 0 ("not given").
 		incarnation: rand.Uint64() | 1,
 	}
-	n.members.init()
-	if n.budget, err = newBudget(&n.cfg); err != nil {
-		return nil, err
-	}
-	n.readiness.done = make(chan struct{})
-	if n.syncer, err = n.newSyncer(); err != nil {
-		return nil, err
-	}
 	if persist != nil {
 		persist.table = table
 		n.clock.extend = cfg.Store.RaiseClock
@@ -151,13 +132,11 @@ func New(cfg Config) (*Node, error) {
 		n.cancel()
 		return nil, err
 	}
-	links, err := n.startLinks(cfg.Peers)
-	if err != nil {
+	if n.tr, err = n.newTransport(); err != nil {
 		n.wheelDrv.Stop()
 		n.cancel()
 		return nil, err
 	}
-	n.links.Store(&links)
 	if e := cfg.Limits.EntryBytes(); e > defaultClientRecvBytes {
 		n.log.Warn("an entry at --max-event-bytes is bigger than gRPC clients receive by default: a Subscribe message "+
 			"or a Get page can be this big, so apps must raise their client's receive limit (e.g. grpc.MaxCallRecvMsgSize)",
@@ -168,22 +147,33 @@ func New(cfg Config) (*Node, error) {
 		n.persistWG.Add(1)
 		go func() { defer n.persistWG.Done(); persist.run() }()
 	}
-	n.wg.Add(3)
-	go func() { defer n.wg.Done(); n.run() }()
+	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.collectTombstones() }()
-	go func() { defer n.wg.Done(); n.antiEntropy() }()
 	return n, nil
+}
+
+// newTransport builds the node's transport: Config.NewTransport's, or a lone one.
+func (n *Node) newTransport() (Transport, error) {
+	if n.cfg.NewTransport == nil {
+		return newLoneTransport(), nil
+	}
+	tr, err := n.cfg.NewTransport(n)
+	if err != nil {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, errors.New("fanout: Config.NewTransport returned no transport and no error")
+	}
+	return tr, nil
 }
 
 // collectTombstones removes the tombstones older than --tombstone-ttl, every quarter
 // of it (within 100ms..1m): a deleted key is forgotten at most a quarter late.
 func (n *Node) collectTombstones() {
 	every := min(max(n.cfg.State.TombstoneTTL/4, 100*time.Millisecond), time.Minute)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
 	for {
 		select {
-		case <-tick.C:
+		case <-n.cfg.After(every):
 			n.table.Collect(n.cfg.Now())
 		case <-n.ctx.Done():
 			return
@@ -207,21 +197,6 @@ func (n *Node) startPurgatory() error {
 	n.wheel, n.purg, n.acks = w, purg, newAckLedger(purg)
 	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now)
 	return nil
-}
-
-func (n *Node) startLinks(addrs []string) ([]*link, error) {
-	links := make([]*link, 0, len(addrs))
-	for _, addr := range addrs {
-		l, err := n.newLink(addr)
-		if err != nil {
-			for _, l := range links {
-				l.close()
-			}
-			return nil, err
-		}
-		links = append(links, l)
-	}
-	return links, nil
 }
 
 // ID is this node's id.
@@ -270,7 +245,9 @@ func (n *Node) replicateParsed(ctx context.Context, req *wire.Replicate) (*fanou
 	if err := n.authorize(ctx, req.Origin); err != nil {
 		return nil, err
 	}
-	n.noteCaller(req.Origin)
+	if note := n.cfg.OnReplicate; note != nil {
+		note(req.Origin)
+	}
 	resp := &fanoutv1.ReplicateResponse{NodeId: n.cfg.NodeID, Incarnation: n.incarnation, Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
@@ -365,25 +342,8 @@ type DrainReport struct {
 // graceful shutdown, §14).
 func (n *Node) Drain(ctx context.Context) (DrainReport, error) {
 	n.draining.Store(true)
-	links := *n.links.Load()
-	before := make([]batcher.Stats, len(links))
-	for i, l := range links {
-		before[i] = l.b.Stats()
-	}
-	var errs []error
-	for _, l := range links {
-		if err := l.b.Drain(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("peer %s: %w", l.addr, err))
-		}
-	}
-	r := DrainReport{Peers: len(links), Durable: n.persist != nil, Keys: n.table.Stats().Keys}
-	for i, l := range links {
-		a, b := l.b.Stats(), before[i]
-		r.Sent += (a.Succeeded - b.Succeeded) + (a.Stale - b.Stale)
-		r.Unsent += (a.Overflow - b.Overflow) + (a.Expired - b.Expired) + (a.Permanent - b.Permanent) +
-			a.AcceptorQueue + a.ReprocessQueue + a.Pending + a.InFlight
-	}
-	return r, errors.Join(errs...)
+	peers, sent, unsent, err := n.tr.Drain(ctx)
+	return DrainReport{Peers: peers, Sent: sent, Unsent: unsent, Durable: n.persist != nil, Keys: n.table.Stats().Keys}, err
 }
 
 // Draining reports whether Drain has been called.
@@ -394,16 +354,10 @@ func (n *Node) Draining() bool { return n.draining.Load() }
 func (n *Node) Close() {
 	n.closed.Do(func() {
 		n.draining.Store(true)
-		n.members.mu.Lock()
-		n.members.closed = true // the peer set no longer changes
-		n.members.mu.Unlock()
 		n.cancel()
 		n.wg.Wait()
 		n.wheelDrv.Stop()
-		n.closeLeaving()
-		for _, l := range *n.links.Load() {
-			l.close()
-		}
+		n.tr.Close() // its goroutines, then its queues: what is left ends with its fate
 		if n.persist != nil {
 			n.persist.close() // the table's last changes go to disk
 			n.persistWG.Wait()

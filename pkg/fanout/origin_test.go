@@ -156,7 +156,7 @@ func TestOwnOriginAfterRestart(t *testing.T) {
 				st = openTestStore(t, dir)
 				cfg.Store = st
 			}
-			first, err := New(cfg)
+			first, err := newNode(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,12 +182,12 @@ func TestOwnOriginAfterRestart(t *testing.T) {
 				st.Close()
 				cfg.Store = openTestStore(t, dir)
 			}
-			second, err := New(cfg)
+			second, err := newNode(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer second.Close()
-			applied, err := second.applySync("b", entries)
+			applied, err := second.Apply("b", entries)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,7 +245,7 @@ func TestDeletesMakeRoom(t *testing.T) {
 	cfg := testConfig("a")
 	cfg.Store = st
 	cfg.State.MaxKeys, cfg.State.MaxTombstones = 3, 2
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ func nodeWithLimits(t *testing.T, l Limits) *Node {
 	t.Helper()
 	cfg := testConfig("v")
 	cfg.Limits = l
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,23 +225,6 @@ func TestEventBytesIsTheMost(t *testing.T) {
 		if size > bound || bound-size > 4*l.MaxAttributes+8 {
 			t.Errorf("limits %+v: the maximal event is %d bytes, EventBytes %d", l, size, bound)
 		}
-	}
-}
-
-// TestPeerMessageBytes: the peer listener takes a full batch plus one maximal event,
-// and an anti-entropy message plus one.
-func TestPeerMessageBytes(t *testing.T) {
-	cfg := DefaultConfig()
-	item := replicateItemBytes(cfg.Limits.EventBytes())
-	if got, want := cfg.PeerMessageBytes(), cfg.Batcher.MaxBatchBytes+item+messageOverhead; got != want {
-		t.Errorf("PeerMessageBytes = %d, want %d", got, want)
-	}
-	cfg.SyncMessageBytes = 8 << 20
-	if got, want := cfg.PeerMessageBytes(), 8<<20+item+messageOverhead; got != want {
-		t.Errorf("with an 8 MiB sync message: %d, want %d", got, want)
-	}
-	if def := DefaultConfig(); def.PeerMessageBytes() > 6<<20 {
-		t.Errorf("default PeerMessageBytes = %d, want about 5 MiB", def.PeerMessageBytes())
 	}
 }
 

@@ -50,7 +50,7 @@ func TestDataDirRestart(t *testing.T) {
 	st := openTestStore(t, dir)
 	cfg := testConfig("a")
 	cfg.Store = st
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestDataDirRestart(t *testing.T) {
 	cfg2 := testConfig("a")
 	cfg2.Store = st2
 	cfg2.Now = func() time.Time { return time.Now().Add(-time.Hour) }
-	n2, err := New(cfg2)
+	n2, err := newNode(cfg2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDataDirForgetsCollectedTombstones(t *testing.T) {
 	cfg.Store = st
 	cfg.Now = func() time.Time { return time.Unix(0, now.Load()) }
 	cfg.State.TombstoneTTL = time.Hour
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestDataDirForgetsCollectedTombstones(t *testing.T) {
 	st2 := openTestStore(t, dir)
 	cfg.Store = st2
 	now.Add(int64(2 * time.Hour))
-	n2, err := New(cfg)
+	n2, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestDataDirGroupCommit(t *testing.T) {
 	st := openTestStore(t, t.TempDir())
 	cfg := testConfig("a")
 	cfg.Store = st
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestDataDirClockLease(t *testing.T) {
 	fs := &failingStore{Store: openTestStore(t, dir)}
 	cfg := testConfig("a")
 	cfg.Store = fs
-	n, err := New(cfg)
+	n, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestDataDirClockLease(t *testing.T) {
 
 	st := openTestStore(t, dir)
 	cfg.Store = st
-	n2, err := New(cfg)
+	n2, err := newNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

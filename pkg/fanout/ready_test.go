@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,7 +41,7 @@ func (p stalledSyncPeer) Push(context.Context, *fanoutv1.PushRequest) (*fanoutv1
 	return nil, errStalledPeer
 }
 
-var _ SyncPeer = stalledSyncPeer{}
+var _ mesh.Conn = stalledSyncPeer{}
 
 // bootstrappingNode starts node "a" with one peer whose anti-entropy stalls until the
 // returned function is called.
@@ -49,8 +50,8 @@ func bootstrappingNode(t *testing.T) (*testNode, func()) {
 	open := make(chan struct{})
 	fake := peers.NewFakeNetwork()
 	cfg := testConfig("a", "b")
-	cfg.SyncTimeout = time.Minute // the test ends the bootstrap, not the timeout
-	cfg.Dial = func(addr string) (Replicator, error) { return stalledSyncPeer{fake.Dial(addr), open}, nil }
+	cfg.Mesh.SyncTimeout = time.Minute // the test ends the bootstrap, not the timeout
+	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return stalledSyncPeer{fake.Dial(addr), open}, nil }
 	tn := startTestNode(t, cfg)
 	var once bool
 	release := func() {
@@ -163,7 +164,7 @@ func TestReadyCheck(t *testing.T) {
 	var calls atomic.Int32
 	failing.Store(true)
 	cfg := testConfig("a")
-	cfg.ReadyCheck = func() error {
+	cfg.Mesh.ReadyCheck = func() error {
 		calls.Add(1)
 		if failing.Load() {
 			return errors.New("certificate x expired")

@@ -22,7 +22,7 @@ import (
 // stream goes on; bytes that are no ReplicateStreamRequest end the stream
 // (INVALID_ARGUMENT): the sender is broken, not one of its batches.
 func (s *PeerServer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStreamServer) error {
-	err := s.node.serveReplicateStream(stream)
+	err := s.node.serveReplicateStream(stream, s.mesh.PeerMessageBytes())
 	if _, ok := status.FromError(err); ok {
 		return err // nil, or the stream's own (RecvMsg, SendMsg): as gRPC gave it
 	}
@@ -33,13 +33,13 @@ func (s *PeerServer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStream
 // or the node closes. The requests are read as frames (the server's codec,
 // peers.FrameServerOption) and their batches with internal/wire, as replicateFrame
 // reads a unary one.
-func (n *Node) serveReplicateStream(stream grpc.ServerStream) error {
+func (n *Node) serveReplicateStream(stream grpc.ServerStream, maxRecvBytes int) error {
 	if n.draining.Load() {
 		return ErrShuttingDown
 	}
 	// The largest request this node takes, so that the sender splits a batch before
 	// sending it rather than losing the stream to gRPC's refusal.
-	md := metadata.Pairs(peers.MaxRecvBytesHeader, strconv.Itoa(n.cfg.PeerMessageBytes()))
+	md := metadata.Pairs(peers.MaxRecvBytesHeader, strconv.Itoa(maxRecvBytes))
 	if err := stream.SendHeader(md); err != nil {
 		return err
 	}

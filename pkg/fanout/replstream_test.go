@@ -31,8 +31,8 @@ func TestReplicateStreamServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := md.Get(peers.MaxRecvBytesHeader); len(got) != 1 || got[0] != strconv.Itoa(tn.node.cfg.PeerMessageBytes()) {
-		t.Fatalf("header %s = %v, want %d", peers.MaxRecvBytesHeader, got, tn.node.cfg.PeerMessageBytes())
+	if got := md.Get(peers.MaxRecvBytesHeader); len(got) != 1 || got[0] != strconv.Itoa(tn.mesh.PeerMessageBytes()) {
+		t.Fatalf("header %s = %v, want %d", peers.MaxRecvBytesHeader, got, tn.mesh.PeerMessageBytes())
 	}
 	reqs := []*fanoutv1.ReplicateStreamRequest{
 		{Seq: 1, Batch: &fanoutv1.ReplicateRequest{OriginNode: "o", Events: []*fanoutv1.Event{{TaskId: "a", Version: 1}, {TaskId: "b", Version: 1}}}},

@@ -23,18 +23,27 @@ type FanoutServer struct {
 	node *Node
 }
 
-// PeerServer adapts a Node to fanout.v1.PeerService.
+// PeerServer adapts a Node and its mesh to fanout.v1.PeerService: Replicate goes to
+// the node, anti-entropy to the mesh.
 type PeerServer struct {
 	fanoutv1.UnimplementedPeerServiceServer
 	node *Node
+	mesh PeerSide
+}
+
+// PeerSide is the mesh's part of the PeerService (*mesh.Mesh): anti-entropy's calls,
+// and the largest message the peer listener takes.
+type PeerSide interface {
+	peers.SyncServer
+	PeerMessageBytes() int
 }
 
 // NewFanoutServer returns the app-facing gRPC service of n. Its server must be made
 // with peers.FrameServerOption (or peers.ServerOptions): Subscribe sends frames.
 func NewFanoutServer(n *Node) *FanoutServer { return &FanoutServer{node: n} }
 
-// NewPeerServer returns the peer-facing gRPC service of n.
-func NewPeerServer(n *Node) *PeerServer { return &PeerServer{node: n} }
+// NewPeerServer returns the peer-facing gRPC service of n and its mesh m.
+func NewPeerServer(n *Node, m PeerSide) *PeerServer { return &PeerServer{node: n, mesh: m} }
 
 // Submit implements FanoutService.Submit for a decoded request. The app listener does
 // not use it: RegisterFanoutServer installs submitHandler, which passes the request's
@@ -234,8 +243,7 @@ func (s *PeerServer) Digest(_ context.Context, req *fanoutv1.DigestRequest) (*fa
 	if s.node.Draining() {
 		return nil, toStatus(ErrShuttingDown)
 	}
-	s.node.noteCaller(req.GetNodeId())
-	resp, err := s.node.syncer.Digest(req)
+	resp, err := s.mesh.Digest(req) // notes a caller not in the peer set
 	return resp, toStatus(err)
 }
 
@@ -244,7 +252,7 @@ func (s *PeerServer) Pull(req *fanoutv1.PullRequest, stream fanoutv1.PeerService
 	if s.node.Draining() {
 		return toStatus(ErrShuttingDown)
 	}
-	return toStatus(s.node.syncer.Pull(req, stream.Send))
+	return toStatus(s.mesh.Pull(req, stream.Send))
 }
 
 // Push implements PeerService.Push (anti-entropy).
@@ -257,7 +265,7 @@ func (s *PeerServer) Push(ctx context.Context, req *fanoutv1.PushRequest) (*fano
 	if s.node.Draining() {
 		return nil, toStatus(ErrShuttingDown)
 	}
-	resp, err := s.node.syncer.Push(req)
+	resp, err := s.mesh.Push(req)
 	return resp, toStatus(err)
 }
 

@@ -14,6 +14,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -221,9 +222,9 @@ func TestReplicateRequestValidation(t *testing.T) {
 func TestGetStatusAndSelfDetection(t *testing.T) {
 	// Node "a" lists itself among its peers, as DNS discovery would; the first
 	// Replicate answer reveals it and the link is dropped.
-	nodes := cluster(t, []string{"a", "b"}, func(c *Config) {
+	nodes := cluster(t, []string{"a", "b"}, func(c *nodeConfig) {
 		if c.NodeID == "a" {
-			c.Peers = append(c.Peers, "a")
+			c.Mesh.Peers = append(c.Mesh.Peers, "a")
 		}
 	})
 	if n := len(nodes["a"].node.Status().Peers); n != 2 {
@@ -456,12 +457,12 @@ func TestRegisterPeerServerLeavesTheGeneratedService(t *testing.T) {
 	before := handlers()
 	srv := grpc.NewServer(peers.FrameServerOption())
 	defer srv.Stop()
-	n, err := New(testConfig("g"))
+	n, m, err := newMeshNode(testConfig("g"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	RegisterPeerServer(srv, NewPeerServer(n))
+	RegisterPeerServer(srv, NewPeerServer(n, m))
 	if after := handlers(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("generated PeerService handlers changed: %v, were %v", after, before)
 	}
@@ -497,17 +498,16 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 		return &fanoutv1.ReplicateResponse{NodeId: "b", Statuses: st}, nil
 	})
 	cfg := testConfig("a", "b")
-	cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
+	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
 	tn := startTestNode(t, cfg)
-	l := (*tn.node.links.Load())[0]
 	offer := func(v uint64) {
 		t.Helper()
 		raw, err := proto.Marshal(&fanoutv1.Event{TaskId: "k", Version: v})
 		if err != nil {
 			t.Fatal(err)
 		}
-		task := batcher.Task[outEvent]{ID: "k", Value: outEvent{raw: raw, version: v}, Submitted: time.Now()}
-		if err := l.b.Offer(context.Background(), []batcher.Task[outEvent]{task}); err != nil {
+		task := batcher.Task[wire.Outgoing]{ID: "k", Value: wire.Outgoing{Raw: raw, Version: v}, Submitted: time.Now()}
+		if err := tn.mesh.Publish(context.Background(), []batcher.Task[wire.Outgoing]{task}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -515,7 +515,7 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	waitFor(t, "k@1 in flight", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
 	offer(1000)
 	offer(500)
-	waitFor(t, "k@500 dropped as overridden", func() bool { return l.b.Stats().Overridden == 1 })
+	waitFor(t, "k@500 dropped as overridden", func() bool { return tn.mesh.Peers()[0].GetOverridden() == 1 })
 	close(release)
 	waitFor(t, "the second batch", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
 	mu.Lock()
@@ -586,7 +586,7 @@ func TestRegisterFanoutServerLeavesTheGeneratedService(t *testing.T) {
 	before := fanoutv1.FanoutService_ServiceDesc.Methods[0].Handler
 	srv := grpc.NewServer(peers.FrameServerOption())
 	defer srv.Stop()
-	n, err := New(testConfig("g"))
+	n, err := newNode(testConfig("g"))
 	if err != nil {
 		t.Fatal(err)
 	}

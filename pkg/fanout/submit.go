@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,7 +12,6 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
-	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
@@ -220,7 +220,7 @@ func (n *Node) explainSubmit(b []byte) error {
 // waitsForAcks reports whether c will wait for peers (ack ONE, QUORUM or ALL with at
 // least one peer).
 func (n *Node) waitsForAcks(c *submitCall) bool {
-	return needFor(c.ack, len(*n.links.Load())) > 0
+	return needFor(c.ack, n.tr.Destinations()) > 0
 }
 
 // submitChecked is Submit after readSubmit.
@@ -242,11 +242,10 @@ func (n *Node) submitQueued(ctx context.Context, c *submitCall) error {
 	if err != nil {
 		return err
 	}
-	links := *n.links.Load()
-	if need := needFor(c.ack, len(links)); need > 0 && len(tasks) > 0 {
-		return n.submitAndWait(ctx, c, links, tasks, need)
+	if needFor(c.ack, n.tr.Destinations()) > 0 && len(tasks) > 0 {
+		return n.submitAndWait(ctx, c, tasks)
 	}
-	if err := n.offer(ctx, links, tasks); err != nil {
+	if err := n.tr.Publish(ctx, tasks, nil); err != nil {
 		return err
 	}
 	c.resp.Satisfied = true
@@ -263,35 +262,37 @@ func (n *Node) durable(ctx context.Context, rev uint64) error {
 	return n.persist.wait(ctx, rev)
 }
 
-func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[outEvent]) error {
-	for _, l := range links {
-		if err := l.b.Offer(ctx, tasks); err != nil {
-			return fmt.Errorf("queue for peer %s: %w", l.addr, err)
+// submitAndWait publishes the events and waits, in the purgatory, until the policy's
+// number of the transport's destinations have acknowledged all of them, or the wait
+// can no longer succeed, or the deadline passes. The waiters are registered before
+// the events are handed over (Publish's track), so no ack is missed.
+func (n *Node) submitAndWait(ctx context.Context, c *submitCall, tasks []batcher.Task[wire.Outgoing]) error {
+	var (
+		op    *ackOp
+		keys  []ackKey
+		start time.Time
+	)
+	track := func(dests, down []string) {
+		op = newAckOp(dests, needFor(c.ack, len(dests)), len(tasks))
+		for i, why := range down {
+			if why != "" {
+				op.fail(i, why)
+			}
 		}
+		op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
+		keys = n.acks.register(op, tasks)
+		start = n.cfg.Now()
+		n.purg.TryCompleteElseWatch(op, keys)
 	}
-	return nil
-}
-
-// submitAndWait queues the events and waits, in the purgatory, until need peers have
-// acknowledged all of them, or the wait can no longer succeed, or the deadline passes.
-// The waiters are registered before the events are offered, so no ack is missed.
-func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, tasks []batcher.Task[outEvent], need int) error {
-	peers := make([]string, len(links))
-	for i, l := range links {
-		peers[i] = l.addr
-	}
-	op := newAckOp(peers, need, len(tasks))
-	for i, l := range links {
-		if l.br.State() == breaker.Open {
-			op.fail(i, "circuit breaker open")
+	err := n.tr.Publish(ctx, tasks, track)
+	if op == nil { // the transport failed before it tracked: nothing to wait for
+		if err == nil {
+			err = errors.New("fanout: the transport published without tracking the destinations")
 		}
+		return err
 	}
-	op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
-	keys := n.acks.register(op, tasks)
 	defer n.acks.unregister(op, keys)
-	start := n.cfg.Now()
-	n.purg.TryCompleteElseWatch(op, keys)
-	if err := n.offer(ctx, links, tasks); err != nil {
+	if err != nil {
 		n.purg.Cancel(op)
 		return err
 	}
@@ -342,7 +343,7 @@ func (n *Node) ackDeadline(ctx context.Context, ackTimeout time.Duration) time.T
 // prepare assigns versions, stores each event in the state table as this node's write,
 // and answers each in c.resp. The events the table accepted become tasks for every
 // peer's batcher (shared, read-only); a stale or refused event is not sent.
-func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
+func (n *Node) prepare(c *submitCall) ([]batcher.Task[wire.Outgoing], error) {
 	now := n.cfg.Now()
 	k := len(c.req.Events)
 	next := n.clock.reserve(k)
@@ -354,9 +355,9 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
 		return nil, fmt.Errorf("%w: saving the clock: %v", ErrNotDurable, err)
 	}
 	// Each event, with its version, into a buffer of its own that is never written
-	// again: the table copies it, and the peers are sent these bytes (outEvent).
+	// again: the table copies it, and the peers are sent these bytes (wire.Outgoing).
 	c.bufs = n.out.copyEvents(c.bufs[:0], c.req.Events, c.heads, next)
-	tasks := make([]batcher.Task[outEvent], 0, k)
+	tasks := make([]batcher.Task[wire.Outgoing], 0, k)
 	c.resp.Versions = append(c.resp.Versions[:0], make([]uint64, k)...)
 	c.resp.Results = append(c.resp.Results[:0], make([]wire.EventResult, k)...)
 	var counts [subOutcomes]uint64 // added once per request: the atomics are shared
@@ -388,7 +389,7 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
 			// The task_id aliases buf, which is never written again (and the string
 			// keeps it alive): no copy of the key per task.
 			id := unsafe.String(unsafe.SliceData(key), len(key))
-			tasks = append(tasks, batcher.Task[outEvent]{ID: id, Value: outEvent{raw: buf, version: v},
+			tasks = append(tasks, batcher.Task[wire.Outgoing]{ID: id, Value: wire.Outgoing{Raw: buf, Version: v},
 				Submitted: now, Expires: n.expiry(h, now)})
 		}
 	}
@@ -428,7 +429,7 @@ func (n *Node) expiry(h *wire.EventHead, now time.Time) time.Time {
 }
 
 // outArena holds the bytes of this node's own events on their way to the peers
-// (outEvent.raw). Small events are cut from shared chunks, so that one costs no
+// (wire.Outgoing.Raw). Small events are cut from shared chunks, so that one costs no
 // allocation of its own; a chunk is garbage once no event in it is referenced. The
 // price: a small event still pending for a peer keeps its whole chunk alive, so the
 // bytes pending for the peers (counted by --max-buffer-bytes) can hold up to

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,9 +35,9 @@ func BenchmarkSubmitQueued(b *testing.B) {
 					fake.Handle(addrs[i], ok)
 				}
 				cfg := testConfig("a", addrs...)
-				cfg.Batcher.MaxBuffer = 1 << 20
-				cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
-				n, err := New(cfg)
+				cfg.Mesh.Batcher.MaxBuffer = 1 << 20
+				cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
+				n, err := newNode(cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -82,11 +83,11 @@ func BenchmarkSubmitGRPC(b *testing.B) {
 			fake.Handle("p1", ok)
 			fake.Handle("p2", ok)
 			cfg := testConfig("a", "p1", "p2")
-			cfg.Batcher.MaxBuffer = 1 << 20
+			cfg.Mesh.Batcher.MaxBuffer = 1 << 20
 			cfg.State.MaxKeys = 8 << 20
 			cfg.State.MaxBytes = 4 << 30
-			cfg.Dial = func(addr string) (Replicator, error) { return fake.Dial(addr), nil }
-			n, err := New(cfg)
+			cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
+			n, err := newNode(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -106,7 +106,7 @@ func (n *Node) waitBootstrap(ctx context.Context) error {
 	case <-n.Ready():
 		return nil
 	case <-ctx.Done():
-		_, reason := n.readiness.get()
+		_, reason := n.tr.Readiness()
 		return fmt.Errorf("fanout: a snapshot waits until this node has synced with its peers (%s), and the call ended first "+
 			"(set allow_unsynced to read the table as it is): %w", reason, ctx.Err())
 	case <-n.ctx.Done():

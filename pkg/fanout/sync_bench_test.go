@@ -11,6 +11,8 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/antientropy"
+	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/grpc"
@@ -26,7 +28,8 @@ import (
 //	go test ./pkg/fanout -run '^$' -bench AntiEntropyRound -benchtime 5x -count 3
 func BenchmarkAntiEntropyRound(b *testing.B) {
 	const keys, differ = 1_000_000, 10_000
-	a, srv := benchSyncNode(b, "a"), benchSyncNode(b, "b")
+	a, _ := benchSyncNode(b, "a")
+	srv, srvMesh := benchSyncNode(b, "b")
 	payload := make([]byte, 100)
 	fill := func(n *Node, origin string, from, to int, version uint64) {
 		now := time.Now()
@@ -44,7 +47,13 @@ func BenchmarkAntiEntropyRound(b *testing.B) {
 	base := wallVersion(time.Now().Add(-time.Hour))
 	fill(a, "c", 0, keys, base)
 	fill(srv, "c", 0, keys, base)
-	addr := serveSyncNode(b, srv)
+	addr := serveSyncNode(b, srv, srvMesh)
+	// a's side of the round: the syncer its mesh would run it with.
+	syncer, err := antientropy.New(antientropy.Config{NodeID: a.ID(), Incarnation: a.Incarnation(), Table: a.table, Apply: a.Apply,
+		MaxKeyBytes: a.cfg.Limits.MaxTaskIDBytes, MessageBytes: 4 << 20, CallTimeout: 5 * time.Second, Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
 	conn, err := peers.Dial(addr, peers.Options{MaxMessageBytes: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
@@ -52,7 +61,7 @@ func BenchmarkAntiEntropyRound(b *testing.B) {
 	defer conn.Close()
 	ctx := context.Background()
 	round := func() (time.Duration, int64, int) {
-		r, err := a.syncer.Round(ctx, conn, nil)
+		r, err := syncer.Round(ctx, conn, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,27 +104,27 @@ func BenchmarkAntiEntropyRound(b *testing.B) {
 
 // benchSyncNode is a node with no peers (so no bootstrap and no rounds of its own)
 // and room for the benchmark's keys.
-func benchSyncNode(b *testing.B, id string) *Node {
+func benchSyncNode(b *testing.B, id string) (*Node, *mesh.Mesh) {
 	cfg := testConfig(id)
 	cfg.State.MaxKeys = 2_000_000
 	cfg.State.MaxBytes = 1 << 30
-	cfg.SyncMessageBytes = 4 << 20
-	n, err := New(cfg)
+	cfg.Mesh.SyncMessageBytes = 4 << 20
+	n, m, err := newMeshNode(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(n.Close)
-	return n
+	return n, m
 }
 
 // serveSyncNode serves n's PeerService on a loopback TCP port.
-func serveSyncNode(b *testing.B, n *Node) string {
+func serveSyncNode(b *testing.B, n *Node, m *mesh.Mesh) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, peers.ServerOptions()...)...)
-	RegisterPeerServer(srv, NewPeerServer(n))
+	RegisterPeerServer(srv, NewPeerServer(n, m))
 	go srv.Serve(lis)
 	b.Cleanup(srv.Stop)
 	return lis.Addr().String()

@@ -79,16 +79,6 @@ func (l Limits) EntryBytes() int {
 	return 1 + protowire.SizeVarint(uint64(entry)) + entry
 }
 
-// replicateItemBytes is what an event of n encoded bytes adds to a ReplicateRequest:
-// its events field (tag, length, the event) and its submitted_at_unix_nanos entry
-// (packed, at most 10 bytes).
-func replicateItemBytes(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n + 10 }
-
-// messageOverhead is room, in a message's size bound, for its fields other than the
-// events it carries: a ReplicateRequest's origin_node (at most MaxNodeIDBytes) and the
-// header of its packed submitted_at_unix_nanos; a Push or Pull message's node id.
-const messageOverhead = 4 << 10
-
 // InvalidError is a rejected request. Its message names the field and event index,
 // e.g. "events[3].task_id: empty"; the gRPC adapters turn it into INVALID_ARGUMENT.
 type InvalidError struct {

@@ -130,10 +130,10 @@ func TestVersionSchemes(t *testing.T) {
 		}
 		return &fanoutv1.SyncEntry{Event: raw, Origin: "y"}
 	}
-	if applied, err := n.applySync("y", []*fanoutv1.SyncEntry{entry("s/nanos", nanos), entry("s/counter", 9)}); err != nil || applied != 2 {
+	if applied, err := n.Apply("y", []*fanoutv1.SyncEntry{entry("s/nanos", nanos), entry("s/counter", 9)}); err != nil || applied != 2 {
 		t.Fatalf("anti-entropy with nanosecond and counter versions: %d applied, %v; want 2", applied, err)
 	}
-	_, err = n.applySync("y", []*fanoutv1.SyncEntry{entry("s/ok", 1), entry("s/far", math.MaxUint64)})
+	_, err = n.Apply("y", []*fanoutv1.SyncEntry{entry("s/ok", 1), entry("s/far", math.MaxUint64)})
 	if err == nil || !strings.Contains(err.Error(), "entries[1].event.version") {
 		t.Fatalf("anti-entropy with 2^64-1: %v, want invalid naming entries[1].event.version", err)
 	}

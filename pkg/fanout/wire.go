@@ -17,7 +17,7 @@ import (
 // peers.Frame carries such bytes through gRPC.
 
 // framePool recycles frames: the requests of Replicate and Submit calls and of
-// replicate streams, and the batches a link builds.
+// replicate streams.
 var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
 
 // putFrame gives f back to framePool, unless it holds a huge request's buffer.
@@ -26,20 +26,6 @@ func putFrame(f *peers.Frame) {
 		framePool.Put(f)
 	}
 }
-
-// outEvent is one of this node's own events on its way to the peers: encoded once,
-// when Submit stored it in the state table, and sent to every peer as those bytes
-// (link.Process embeds them in each Replicate request with wire.AppendReplicate):
-// with P peers, one encoding instead of 1 + P.
-type outEvent struct {
-	raw     []byte // the Event, its version included; never changed after prepare
-	version uint64
-}
-
-// outItemBytes is what o adds to a ReplicateRequest: the batcher's Config.Size, so
-// that a batch of MaxBatchBytes is a request of at most that plus messageOverhead,
-// and pending's bytes are what would be sent.
-func outItemBytes(o outEvent) int { return replicateItemBytes(len(o.raw)) }
 
 // readEvent reads an Event's task_id and version (wire.ReadEvent) and checks it against
 // the limits exactly as validateEvent checks the decoded Event, with protobuf's

@@ -15,6 +15,7 @@ import (
 type FakeNetwork struct {
 	mu       sync.Mutex
 	handlers map[string]FakeHandler // guarded by mu
+	syncers  map[string]SyncServer  // guarded by mu (fakesync.go)
 }
 
 // FakeHandler answers a Replicate call to one fake address.
@@ -22,7 +23,7 @@ type FakeHandler func(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fan
 
 // NewFakeNetwork returns an empty network: every address is unreachable.
 func NewFakeNetwork() *FakeNetwork {
-	return &FakeNetwork{handlers: make(map[string]FakeHandler)}
+	return &FakeNetwork{handlers: make(map[string]FakeHandler), syncers: make(map[string]SyncServer)}
 }
 
 // Handle makes addr answer with h (replacing any earlier handler). A nil h makes addr

@@ -1,4 +1,4 @@
-package fanout
+package mesh
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
 )
@@ -26,9 +27,9 @@ func TestPendingBudget(t *testing.T) {
 		addrs = append(addrs, fmt.Sprintf("dead%d", i)) // no handler: connection refused
 	}
 	var returned atomic.Int64
-	a := fakeMember(t, fake, "a", "a", addrs, func(c *Config) {
+	a := fakeMember(t, fake, "a", "a", addrs, func(c *nodeConfig) {
 		c.ReturnMemory = func() { returned.Add(1) }
-		c.MaxPendingBytes, c.PeerRemovalGrace, c.Limits.MaxEventBytes = limit, 0, 1024
+		c.MaxPendingBytes, c.PeerRemovalGrace, c.Node.Limits.MaxEventBytes = limit, 0, 1024
 	})
 	b := fakeMember(t, fake, "b", "b", nil, nil)
 	for i := 0; i < events; i += perReq {
@@ -36,7 +37,7 @@ func TestPendingBudget(t *testing.T) {
 		for k := i; k < i+perReq; k++ {
 			req.Events = append(req.Events, ev(fmt.Sprintf("budget/%05d", k), "a payload of some thirty bytes."))
 		}
-		if _, err := a.app.Submit(context.Background(), req); err != nil {
+		if _, err := a.submit(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,9 +57,9 @@ func TestPendingBudget(t *testing.T) {
 		}
 		return true
 	})
-	st := a.node.PendingBudget()
+	st := a.mesh.PendingBudget()
 	// Within the limit once every batcher has taken a step, but for one task each.
-	task := replicateItemBytes(1024) + batcher.TaskOverhead[outEvent]()
+	task := wire.ReplicateItemBytes(1024) + batcher.TaskOverhead[wire.Outgoing]()
 	if st.Limit != limit || st.Accounts != 21 || st.Used > limit+int64(21*task) || st.Evicted == 0 {
 		t.Errorf("budget %+v: want its limit %d over 21 peers, used within it, events evicted", st, limit)
 	}
@@ -66,11 +67,11 @@ func TestPendingBudget(t *testing.T) {
 	if p := peerByAddr(a.node.Status(), "b"); p.GetOverflow() != 0 {
 		t.Errorf("live peer b: %v, want none evicted", p)
 	}
-	if err := a.node.SetPeers([]string{"b"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the dead peers' charge to go with them", func() bool {
-		s := a.node.PendingBudget()
+		s := a.mesh.PendingBudget()
 		return s.Accounts == 1 && s.Used == 0
 	})
 	waitFor(t, "the memory of the 20 peers that left to be returned, once", func() bool { return returned.Load() == 1 })

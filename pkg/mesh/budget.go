@@ -1,11 +1,12 @@
-package fanout
+package mesh
 
 import (
+	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The node's memory budget (issue 25): one batcher.Budget of Config.MaxPendingBytes
+// The mesh's memory budget (issue 25): one batcher.Budget of Config.MaxPendingBytes
 // that every peer's batcher charges with its pending events, so that the sum over
 // the peers is bounded, not each peer alone (--max-buffer-bytes): 300 dead peers of
 // 64 MiB each is no bound. The batchers of the peers that are down keep to half of
@@ -13,13 +14,10 @@ import (
 // them); the peers that are sending have the rest. A link's charge goes when it
 // closes, so memory returns when peers leave the set. batcher.Budget says how.
 
-// newBudget makes the node's budget.
-func newBudget(cfg *Config) (*batcher.Budget, error) { return batcher.NewBudget(cfg.MaxPendingBytes) }
-
 // pendingBudgetBytes is the least MaxPendingBytes: one event at the limits, as a
 // batcher charges it.
 func (c *Config) pendingBudgetBytes() int {
-	return replicateItemBytes(c.Limits.EventBytes()) + batcher.TaskOverhead[outEvent]()
+	return wire.ReplicateItemBytes(c.EventBytes) + batcher.TaskOverhead[wire.Outgoing]()
 }
 
 // budgetDescs are the budget's series on /metrics.
@@ -45,12 +43,12 @@ func (d *budgetDescs) describe(ch chan<- *prometheus.Desc) {
 	ch <- d.evicted
 }
 
-func (d *budgetDescs) collect(n *Node, ch chan<- prometheus.Metric) {
-	st := n.budget.Stats()
+func (d *budgetDescs) collect(m *Mesh, ch chan<- prometheus.Metric) {
+	st := m.budget.Stats()
 	ch <- prometheus.MustNewConstMetric(d.used, prometheus.GaugeValue, float64(st.Used))
 	ch <- prometheus.MustNewConstMetric(d.limit, prometheus.GaugeValue, float64(st.Limit))
 	ch <- prometheus.MustNewConstMetric(d.evicted, prometheus.CounterValue, float64(st.Evicted))
 }
 
-// PendingBudget reports the node's memory budget over its peers' pending events.
-func (n *Node) PendingBudget() batcher.BudgetStats { return n.budget.Stats() }
+// PendingBudget reports the mesh's memory budget over its peers' pending events.
+func (m *Mesh) PendingBudget() batcher.BudgetStats { return m.budget.Stats() }

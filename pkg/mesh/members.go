@@ -1,4 +1,4 @@
-package fanout
+package mesh
 
 import (
 	"context"
@@ -80,17 +80,17 @@ func (m *members) init() {
 // peer set: links are made for new addresses and removed ones leave after the grace.
 // Addresses found to be this node are left out. A link that cannot be made (an
 // address the dialer refuses) is reported in the error; the rest of the set is applied.
-func (n *Node) SetPeers(addrs []string) error {
-	if n.cfg.Dial == nil {
-		return errors.New("fanout: SetPeers needs Config.Dial")
+func (m *Mesh) SetPeers(addrs []string) error {
+	if m.cfg.Dial == nil {
+		return errors.New("mesh: SetPeers needs Config.Dial")
 	}
-	m := &n.members
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
+	ms := &m.members
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.closed {
 		return ErrClosed
 	}
-	cur := *n.links.Load()
+	cur := *m.links.Load()
 	gone := make(map[string]*link, len(cur))
 	for _, l := range cur {
 		gone[l.addr] = l
@@ -100,7 +100,7 @@ func (n *Node) SetPeers(addrs []string) error {
 	var errs []error
 	seen := make(map[string]bool, len(addrs))
 	for _, a := range addrs {
-		if seen[a] || m.self[a] {
+		if seen[a] || ms.self[a] {
 			continue
 		}
 		seen[a] = true
@@ -109,17 +109,17 @@ func (n *Node) SetPeers(addrs []string) error {
 			delete(gone, a)
 			continue
 		}
-		if lv, ok := m.leaving[a]; ok {
+		if lv, ok := ms.leaving[a]; ok {
 			lv.cancel()
-			delete(m.leaving, a)
+			delete(ms.leaving, a)
 			lv.l.removing.Store(false)
 			next = append(next, lv.l)
-			m.returned.Add(1)
-			n.log.Info("peer is back in the peer set; nothing was dropped", "peer", a, "node_id", lv.l.peerNodeID(),
-				"after", n.cfg.Now().Sub(lv.since).String())
+			ms.returned.Add(1)
+			m.log.Info("peer is back in the peer set; nothing was dropped", "peer", a, "node_id", lv.l.peerNodeID(),
+				"after", m.cfg.Now().Sub(lv.since).String())
 			continue
 		}
-		l, err := n.newLink(a)
+		l, err := m.newLink(a)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -127,18 +127,18 @@ func (n *Node) SetPeers(addrs []string) error {
 		next = append(next, l)
 		added = append(added, l)
 	}
-	n.links.Store(&next)
+	m.links.Store(&next)
 	for _, l := range gone {
-		n.startLeaving(l)
+		m.startLeaving(l)
 	}
 	if len(gone) > 0 {
-		defer n.checkIDs() // a conflict may have left with a peer (idMu is taken under mu, never the other way)
+		defer m.checkIDs() // a conflict may have left with a peer (idMu is taken under mu, never the other way)
 	}
 	for _, l := range added {
-		m.added.Add(1)
-		n.log.Info("peer added", "peer", l.addr, "peers", len(next))
+		ms.added.Add(1)
+		m.log.Info("peer added", "peer", l.addr, "peers", len(next))
 		select {
-		case m.syncNew <- l:
+		case ms.syncNew <- l:
 		default: // the regular rounds will reach it
 		}
 	}
@@ -147,41 +147,44 @@ func (n *Node) SetPeers(addrs []string) error {
 
 // startLeaving takes l out of the set: no new events; what it has pending is sent for
 // PeerRemovalGrace, then dropped. Called under members.mu, with l already out of links.
-func (n *Node) startLeaving(l *link) {
-	m := &n.members
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.PeerRemovalGrace)
-	lv := &leavingLink{l: l, since: n.cfg.Now(), cancel: cancel}
-	m.leaving[l.addr] = lv
+func (m *Mesh) startLeaving(l *link) {
+	ms := &m.members
+	ctx, cancel := m.withTimeout(m.ctx, m.cfg.PeerRemovalGrace)
+	lv := &leavingLink{l: l, since: m.cfg.Now(), cancel: cancel}
+	ms.leaving[l.addr] = lv
 	l.removing.Store(true)
-	m.removed.Add(1)
+	ms.removed.Add(1)
 	st := l.b.Stats()
-	n.log.Info("peer removed from the peer set; sending what it has pending for up to --peer-removal-grace",
+	m.log.Info("peer removed from the peer set; sending what it has pending for up to --peer-removal-grace",
 		"peer", l.addr, "node_id", l.peerNodeID(), "pending", st.AcceptorQueue+st.ReprocessQueue+st.Pending+st.InFlight,
-		"grace", n.cfg.PeerRemovalGrace.String())
-	n.wg.Add(1)
+		"grace", m.cfg.PeerRemovalGrace.String())
+	m.wg.Add(1)
 	go func() {
-		defer n.wg.Done()
+		defer m.wg.Done()
 		defer cancel()
 		err := l.b.Drain(ctx)
-		m.mu.Lock()
-		if m.leaving[l.addr] != lv { // back in the set
-			m.mu.Unlock()
+		if err != nil {
+			err = context.Cause(ctx) // the grace's end: context.DeadlineExceeded
+		}
+		ms.mu.Lock()
+		if ms.leaving[l.addr] != lv { // back in the set
+			ms.mu.Unlock()
 			return
 		}
-		delete(m.leaving, l.addr)
-		m.closing++
-		m.mu.Unlock()
+		delete(ms.leaving, l.addr)
+		ms.closing++
+		ms.mu.Unlock()
 		l.close() // what is left ends FateStopped: DROPPED "peer removed" to ack waiters
-		n.closedLeaving()
+		m.closedLeaving()
 		dropped := l.stopped.Load()
-		m.dropped.Add(dropped)
-		attrs := []any{"peer", l.addr, "node_id", l.peerNodeID(), "dropped", dropped, "after", n.cfg.Now().Sub(lv.since).String()}
+		ms.dropped.Add(dropped)
+		attrs := []any{"peer", l.addr, "node_id", l.peerNodeID(), "dropped", dropped, "after", m.cfg.Now().Sub(lv.since).String()}
 		switch {
 		case dropped == 0:
-			n.log.Info("removed peer stopped: everything it had pending was sent", attrs...)
-		case n.ctx.Err() != nil: // the node is closing: Close reports what it drops
+			m.log.Info("removed peer stopped: everything it had pending was sent", attrs...)
+		case m.ctx.Err() != nil: // the node is closing: Close reports what it drops
 		default:
-			n.log.Warn("removed peer stopped with events unsent: they are dropped (the peer, if it comes back, "+
+			m.log.Warn("removed peer stopped with events unsent: they are dropped (the peer, if it comes back, "+
 				"gets them by anti-entropy)", append(attrs, "err", fmt.Sprint(err))...)
 		}
 	}()
@@ -190,79 +193,79 @@ func (n *Node) startLeaving(l *link) {
 // closedLeaving is called after a leaving link has closed: once no other leaving
 // link is still open or closing, the memory they held may go back to the OS
 // (Config.ReturnMemory).
-func (n *Node) closedLeaving() {
-	m := &n.members
-	m.mu.Lock()
-	m.closing--
-	last := m.closing == 0 && len(m.leaving) == 0
-	m.mu.Unlock()
-	if last && n.cfg.ReturnMemory != nil && n.ctx.Err() == nil {
-		n.cfg.ReturnMemory()
+func (m *Mesh) closedLeaving() {
+	ms := &m.members
+	ms.mu.Lock()
+	ms.closing--
+	last := ms.closing == 0 && len(ms.leaving) == 0
+	ms.mu.Unlock()
+	if last && m.cfg.ReturnMemory != nil && m.ctx.Err() == nil {
+		m.cfg.ReturnMemory()
 	}
 }
 
 // run removes the links found to be this node.
-func (n *Node) run() {
+func (m *Mesh) run() {
 	for {
 		select {
-		case <-n.members.kick:
-			n.removeSelf()
-		case <-n.ctx.Done():
+		case <-m.members.kick:
+			m.removeSelf()
+		case <-m.ctx.Done():
 			return
 		}
 	}
 }
 
 // markSelf queues l for removal as this node's own address.
-func (n *Node) markSelf(l *link) {
-	m := &n.members
-	m.mu.Lock()
-	m.selfQ = append(m.selfQ, l)
-	m.mu.Unlock()
+func (m *Mesh) markSelf(l *link) {
+	ms := &m.members
+	ms.mu.Lock()
+	ms.selfQ = append(ms.selfQ, l)
+	ms.mu.Unlock()
 	select {
-	case m.kick <- struct{}{}:
+	case ms.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (n *Node) removeSelf() {
-	m := &n.members
-	m.mu.Lock()
-	q := m.selfQ
-	m.selfQ = nil
+func (m *Mesh) removeSelf() {
+	ms := &m.members
+	ms.mu.Lock()
+	q := ms.selfQ
+	ms.selfQ = nil
 	var dead []*link
 	for _, l := range q {
-		m.self[l.addr] = true
-		old := *n.links.Load()
+		ms.self[l.addr] = true
+		old := *m.links.Load()
 		if i := slices.Index(old, l); i >= 0 {
 			next := slices.Delete(slices.Clone(old), i, i+1)
-			n.links.Store(&next)
+			m.links.Store(&next)
 			dead = append(dead, l)
-		} else if lv, ok := m.leaving[l.addr]; ok && lv.l == l {
-			delete(m.leaving, l.addr)
+		} else if lv, ok := ms.leaving[l.addr]; ok && lv.l == l {
+			delete(ms.leaving, l.addr)
 			lv.cancel()
 			dead = append(dead, l)
 		}
 	}
-	m.mu.Unlock()
+	ms.mu.Unlock()
 	for _, l := range dead {
-		n.log.Info("peer address is this node; dropping it", "peer", l.addr)
+		m.log.Info("peer address is this node; dropping it", "peer", l.addr)
 		l.close()
 	}
-	n.checkIDs()
+	m.checkIDs()
 }
 
 // allLinks is the set and the links still leaving it, for status and metrics.
-func (n *Node) allLinks() []*link {
-	links := *n.links.Load()
-	m := &n.members
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.leaving) == 0 {
+func (m *Mesh) allLinks() []*link {
+	links := *m.links.Load()
+	ms := &m.members
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if len(ms.leaving) == 0 {
 		return links
 	}
 	out := slices.Clone(links)
-	for _, lv := range m.leaving {
+	for _, lv := range ms.leaving {
 		out = append(out, lv.l)
 	}
 	slices.SortFunc(out[len(links):], func(a, b *link) int { return strings.Compare(a.addr, b.addr) })
@@ -272,36 +275,58 @@ func (n *Node) allLinks() []*link {
 // closeLeaving closes the links still leaving the set; Close calls it after the
 // goroutines have stopped (each of them closes its own link first, so this is a
 // safety net).
-func (n *Node) closeLeaving() {
-	m := &n.members
-	m.mu.Lock()
+func (m *Mesh) closeLeaving() {
+	ms := &m.members
+	ms.mu.Lock()
 	var ls []*link
-	for a, lv := range m.leaving {
+	for a, lv := range ms.leaving {
 		ls = append(ls, lv.l)
-		delete(m.leaving, a)
+		delete(ms.leaving, a)
 	}
-	m.mu.Unlock()
+	ms.mu.Unlock()
 	for _, l := range ls {
 		l.close()
 	}
 }
 
-// noteCaller tells Config.OnUnknownPeer about a peer that called this node and is not
+// NoteCaller tells Config.OnUnknownPeer about a peer that called this node and is not
 // in its peer set (a node DNS names but the last refresh did not), at most once per
 // unknownPeerEvery, so that the new node gets this node's events at once rather than
 // after the next refresh.
-func (n *Node) noteCaller(id string) {
-	if n.cfg.OnUnknownPeer == nil || id == n.cfg.NodeID {
+func (m *Mesh) NoteCaller(id string) {
+	if m.cfg.OnUnknownPeer == nil || id == m.id {
 		return
 	}
-	for _, l := range *n.links.Load() {
+	for _, l := range *m.links.Load() {
 		if l.peerNodeID() == id {
 			return
 		}
 	}
-	now := n.cfg.Now().UnixNano()
-	m := &n.members
-	if last := m.lastUnknown.Load(); now-last >= int64(unknownPeerEvery) && m.lastUnknown.CompareAndSwap(last, now) {
-		n.cfg.OnUnknownPeer(id)
+	now := m.cfg.Now().UnixNano()
+	ms := &m.members
+	if last := ms.lastUnknown.Load(); now-last >= int64(unknownPeerEvery) && ms.lastUnknown.CompareAndSwap(last, now) {
+		m.cfg.OnUnknownPeer(id)
 	}
+}
+
+// withTimeout is context.WithTimeout on the mesh's clock (Config.After): ctx ends d
+// from now (its cause context.DeadlineExceeded), when parent ends, or on cancel. A
+// goroutine of the mesh waits for the first of them; d <= 0 ends ctx at once.
+func (m *Mesh) withTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	if d <= 0 {
+		cancel(context.DeadlineExceeded)
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	at := m.cfg.After(d)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		select {
+		case <-at:
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
 }

@@ -1,4 +1,4 @@
-package fanout
+package mesh
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type syncFake struct {
 	calls chan string // "<name> digest", "<name> pull", "<name> pull ended"
 }
 
-var _ SyncPeer = (*syncFake)(nil)
+var _ Conn = (*syncFake)(nil)
 
 func (f *syncFake) report(what string) {
 	select {
@@ -56,7 +56,7 @@ func (f *syncFake) Push(context.Context, *fanoutv1.PushRequest) (*fanoutv1.PushR
 }
 
 // syncBoundsNode starts node "a" with peers "hung" and "good" (syncFake).
-func syncBoundsNode(t *testing.T, tweak func(*Config)) (*testNode, chan string) {
+func syncBoundsNode(t *testing.T, tweak func(*nodeConfig)) (*member, chan string) {
 	t.Helper()
 	fake := peers.NewFakeNetwork()
 	ok := func(_ context.Context, r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
@@ -67,11 +67,11 @@ func syncBoundsNode(t *testing.T, tweak func(*Config)) (*testNode, chan string) 
 	calls := make(chan string, 64)
 	cfg := testConfig("a", "hung", "good")
 	cfg.AntiEntropyInterval = 20 * time.Millisecond
-	cfg.Dial = func(addr string) (Replicator, error) {
+	cfg.Dial = func(addr string) (Conn, error) {
 		return &syncFake{FakeConn: fake.Dial(addr), name: addr, hang: addr == "hung", calls: calls}, nil
 	}
 	tweak(&cfg)
-	return startTestNode(t, cfg), calls
+	return startMember(t, cfg), calls
 }
 
 // await reads calls until want comes, failing the test after a named deadline.
@@ -95,7 +95,7 @@ func await(t *testing.T, calls <-chan string, want string) {
 // longer than the test), the node's rounds with its other peer go on, round after
 // round.
 func TestRoundsDoNotWaitOnAHungPeer(t *testing.T) {
-	tn, calls := syncBoundsNode(t, func(c *Config) {
+	tn, calls := syncBoundsNode(t, func(c *nodeConfig) {
 		c.ReplicateTimeout = time.Hour // the hung Pull outlasts the test
 		c.SyncTimeout = 50 * time.Millisecond
 	})
@@ -103,7 +103,7 @@ func TestRoundsDoNotWaitOnAHungPeer(t *testing.T) {
 	for range 3 {
 		await(t, calls, "good pull")
 	}
-	l := linkTo(t, tn.node, "hung")
+	l := linkTo(t, tn.mesh, "hung")
 	if !l.sync.running.Load() {
 		t.Fatal("the round with the hung peer ended; the test wants it hung throughout")
 	}
@@ -113,7 +113,7 @@ func TestRoundsDoNotWaitOnAHungPeer(t *testing.T) {
 // round after --replicate-timeout, counted as a pull timeout; bootstrap does not
 // try it again, so readiness does not wait for --sync-timeout.
 func TestHungPullTimesOut(t *testing.T) {
-	tn, calls := syncBoundsNode(t, func(c *Config) {
+	tn, calls := syncBoundsNode(t, func(c *nodeConfig) {
 		c.ReplicateTimeout = 100 * time.Millisecond
 		c.SyncTimeout = time.Hour
 	})
@@ -128,7 +128,7 @@ func TestHungPullTimesOut(t *testing.T) {
 	if !ok || !strings.Contains(reason, "synced with 1 of 2 peers") || !strings.Contains(reason, "pull: the peer sent nothing for 100ms") {
 		t.Errorf("readiness %t %q; want ready, synced with the good peer, the hung one failed naming the pull", ok, reason)
 	}
-	l := linkTo(t, tn.node, "hung")
+	l := linkTo(t, tn.mesh, "hung")
 	await(t, calls, "hung pull ended") // a periodic round's
 	l.sync.mu.Lock()
 	timeouts, lastErr := l.sync.timeouts["pull"], l.sync.lastErr
@@ -138,10 +138,10 @@ func TestHungPullTimesOut(t *testing.T) {
 	}
 }
 
-// linkTo returns n's link to addr, failing the test if there is none.
-func linkTo(t *testing.T, n *Node, addr string) *link {
+// linkTo returns m's link to addr, failing the test if there is none.
+func linkTo(t *testing.T, m *Mesh, addr string) *link {
 	t.Helper()
-	for _, l := range *n.links.Load() {
+	for _, l := range *m.links.Load() {
 		if l.addr == addr {
 			return l
 		}

@@ -1,4 +1,4 @@
-package fanout
+package mesh
 
 import (
 	"context"
@@ -22,10 +22,10 @@ import (
 // send through. The link is the batcher's Processor.
 type link struct {
 	addr   string
-	node   *Node
-	conn   Replicator
+	m      *Mesh
+	conn   Conn
 	br     breaker.Breaker // counts network failures; its Hold is the batcher's Gate
-	b      *batcher.Batcher[outEvent]
+	b      *batcher.Batcher[wire.Outgoing]
 	nodeID atomic.Pointer[string] // learned from the first Replicate response
 	isSelf atomic.Bool            // the peer answered with our own node id and incarnation
 	// incarnation is the peer process's (0: not known yet, or an older peer).
@@ -101,42 +101,43 @@ func (l *link) failed(c batcher.Class, err error) {
 			"--max-event-bytes, or this node's --max-event-bytes, differ): the batch is split and sent again; "+
 			"an event refused alone is dropped and counted in too_large"
 	}
-	if log, repeats := l.err.record(class, err.Error(), l.node.cfg.Now()); log {
+	if log, repeats := l.err.record(class, err.Error(), l.m.cfg.Now()); log {
 		attrs := []any{"peer", l.addr, "node_id", l.peerNodeID(), "class", class, "err", err.Error(), "same_since_last_line", repeats}
 		if hint != "" {
 			attrs = append(attrs, "what_happens", hint)
 		}
-		l.node.log.Warn("replicate to peer failed", attrs...)
+		l.m.log.Warn("replicate to peer failed", attrs...)
 	}
 }
 
-var _ batcher.Processor[outEvent] = (*link)(nil)
+var _ batcher.Processor[wire.Outgoing] = (*link)(nil)
 
-func (n *Node) newLink(addr string) (*link, error) {
-	conn, err := n.cfg.Dial(addr)
+func (m *Mesh) newLink(addr string) (*link, error) {
+	conn, err := m.cfg.Dial(addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}
-	l := &link{addr: addr, node: n, conn: conn, rtt: newHistogram(latencyBuckets)}
-	if l.br, err = n.newBreaker(addr); err != nil {
+	l := &link{addr: addr, m: m, conn: conn, rtt: newHistogram(latencyBuckets)}
+	if l.br, err = m.newBreaker(addr); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	bc := n.cfg.Batcher
-	bc.Now = n.cfg.Now
-	bc.Logger = n.log.With("peer", addr)
-	bc.OnFinal = func(t *batcher.Task[outEvent], f batcher.Fate) {
+	bc := m.cfg.Batcher
+	bc.Now = m.cfg.Now
+	bc.Logger = m.log.With("peer", addr)
+	final := m.final
+	bc.OnFinal = func(t *batcher.Task[wire.Outgoing], f batcher.Fate) {
 		if f == batcher.FateStopped {
 			l.stopped.Add(1)
 		}
-		n.acks.final(addr, t, f)
+		final(addr, t, f)
 	}
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	// Coalescing keeps the highest version, never the latest arrival: every task of
 	// this batcher has this node as its origin, so the version alone decides.
-	bc.Newer = func(a, b *batcher.Task[outEvent]) bool { return a.Value.version > b.Value.version }
+	bc.Newer = func(a, b *batcher.Task[wire.Outgoing]) bool { return a.Value.Version > b.Value.Version }
 	bc.Size = outItemBytes // --max-batch-bytes and --max-buffer-bytes count the bytes sent
-	bc.Budget = n.budget   // --max-pending-bytes: all peers together
+	bc.Budget = m.budget   // --max-pending-bytes: all peers together
 	b, err := batcher.New(bc, l)
 	if err != nil {
 		conn.Close()
@@ -148,15 +149,15 @@ func (n *Node) newLink(addr string) (*link, error) {
 
 // newBreaker makes the breaker of one peer: network failures count against it,
 // congestion is excluded, anything else (the peer answered) counts as a success.
-func (n *Node) newBreaker(addr string) (breaker.Breaker, error) {
-	bcfg := n.cfg.Breaker
+func (m *Mesh) newBreaker(addr string) (breaker.Breaker, error) {
+	bcfg := m.cfg.Breaker
 	bcfg.Name = addr
 	bcfg.IsFailure = func(err error) bool { return errors.Is(err, peers.ErrNetwork) }
 	bcfg.IsExcluded = func(err error) bool { return errors.Is(err, peers.ErrCongestion) }
 	bcfg.OnStateChange = func(name string, from, to breaker.State) {
-		n.log.Warn("peer circuit breaker changed state", "peer", name, "from", from.String(), "to", to.String())
+		m.log.Warn("peer circuit breaker changed state", "peer", name, "from", from.String(), "to", to.String())
 	}
-	br, err := n.cfg.NewBreaker(bcfg)
+	br, err := m.cfg.NewBreaker(bcfg)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s breaker: %w", addr, err)
 	}
@@ -165,18 +166,18 @@ func (n *Node) newBreaker(addr string) (breaker.Breaker, error) {
 
 // Process sends one batch as one Replicate call and maps the answer to the batcher's
 // result classes. It runs on the batcher's worker goroutines.
-func (l *link) Process(ctx context.Context, batch []batcher.Task[outEvent]) batcher.Result {
+func (l *link) Process(ctx context.Context, batch []batcher.Task[wire.Outgoing]) batcher.Result {
 	if l.isSelf.Load() {
 		return batcher.Result{Class: batcher.Permanent, Err: errors.New("peer is this node")}
 	}
 	// The request, from the events' own bytes (outEvent): no encoding here. The
 	// frame's buffer is pooled; the codec sends a copy of it.
-	event := func(i int) []byte { return batch[i].Value.raw }
+	event := func(i int) []byte { return batch[i].Value.Raw }
 	submitted := func(i int) int64 { return batch[i].Submitted.UnixNano() }
 	f := framePool.Get().(*peers.Frame)
 	defer framePool.Put(f)
-	f.B = wire.AppendReplicate(f.B[:0], l.node.cfg.NodeID, len(batch), event, submitted)
-	ctx, cancel := context.WithTimeout(ctx, l.node.cfg.ReplicateTimeout)
+	f.B = wire.AppendReplicate(f.B[:0], l.m.id, len(batch), event, submitted)
+	ctx, cancel := context.WithTimeout(ctx, l.m.cfg.ReplicateTimeout)
 	defer cancel()
 	var resp *fanoutv1.ReplicateResponse
 	err := l.br.Do(func() error {
@@ -215,34 +216,34 @@ func (l *link) learn(id string, inc uint64) {
 	if cur := l.nodeID.Load(); cur != nil && *cur == id && (inc == 0 || inc == l.incarnation.Load()) {
 		return
 	}
-	n := l.node
+	m := l.m
 	learned := id // a copy for the pointer, so that id stays on the stack: every answer calls learn
-	n.members.idMu.Lock()
+	m.members.idMu.Lock()
 	l.nodeID.Store(&learned)
 	if inc != 0 {
 		l.incarnation.Store(inc)
 	}
-	n.members.idMu.Unlock()
+	m.members.idMu.Unlock()
 	// Incarnation 0: an older peer that does not send one; by id alone it is us.
-	if id == n.cfg.NodeID && (inc == 0 || inc == n.incarnation) {
+	if id == m.id && (inc == 0 || inc == m.inc) {
 		if !l.isSelf.Swap(true) {
-			n.markSelf(l)
+			m.markSelf(l)
 		}
 		return
 	}
-	n.checkIDs()
+	m.checkIDs()
 }
 
 // checkIDs re-checks every peer's id for a conflict: this node's own id from another
 // process, or one id from two processes. It looks at all links at once, under idMu,
 // so that two links learning at the same time cannot clear each other's conflict.
-func (n *Node) checkIDs() {
-	n.members.idMu.Lock()
-	defer n.members.idMu.Unlock()
-	links := *n.links.Load()
+func (m *Mesh) checkIDs() {
+	m.members.idMu.Lock()
+	defer m.members.idMu.Unlock()
+	links := *m.links.Load()
 	for _, l := range links {
 		id, inc := l.peerNodeID(), l.incarnation.Load()
-		if id == n.cfg.NodeID && inc != 0 && inc != n.incarnation {
+		if id == m.id && inc != 0 && inc != m.inc {
 			l.selfConflict.Store(true)
 			l.setConflict(fmt.Sprintf("the peer answers with this node's own id %q from another process: two processes run with one --node-id "+
 				"and cannot replicate to each other (events for it fail as permanent errors, never acked); give each its own id", id))
@@ -271,13 +272,13 @@ func (l *link) setConflict(msg string) {
 		return
 	case msg == "":
 		l.conflict.Store(nil)
-		l.node.log.Info("node id conflict resolved", "peer", l.addr, "node_id", l.peerNodeID())
+		l.m.log.Info("node id conflict resolved", "peer", l.addr, "node_id", l.peerNodeID())
 		return
 	case old != nil && *old == msg:
 		return
 	}
 	l.conflict.Store(&msg)
-	l.node.log.Error("node id conflict", "peer", l.addr, "node_id", l.peerNodeID(), "conflict", msg)
+	l.m.log.Error("node id conflict", "peer", l.addr, "node_id", l.peerNodeID(), "conflict", msg)
 }
 
 func (l *link) conflictText() string {

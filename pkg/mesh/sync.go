@@ -1,4 +1,4 @@
-package fanout
+package mesh
 
 import (
 	"context"
@@ -11,23 +11,16 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/peers"
-	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Catch-up (SPEC §14): the node bootstraps from its peers when it starts, then runs
+// Catch-up: the node bootstraps from its peers when it starts, then runs
 // one anti-entropy round every AntiEntropyInterval (jittered), with the peers in
 // turn. Rounds are pkg/antientropy's; this file schedules them, applies what they
 // bring, keeps their statistics per peer and the node's readiness.
-
-// SyncPeer is the anti-entropy side of a peer connection. A Replicator that is also a
-// SyncPeer (*peers.Conn) takes part in bootstrap and anti-entropy; one that is not
-// (*peers.FakeConn) only replicates.
-type SyncPeer = antientropy.Peer
 
 // roundTimeout bounds one anti-entropy round as a whole, past the deadline of each
 // call in it (pkg/antientropy: a call on a silent peer ends within
@@ -147,59 +140,42 @@ func (r *readiness) get() (bool, string) {
 
 // Ready is closed when the node's first sync with its peers has ended (or
 // SyncTimeout passed): the named health service fanout.v1.FanoutService turns SERVING.
-func (n *Node) Ready() <-chan struct{} { return n.readiness.done }
+func (m *Mesh) Ready() <-chan struct{} { return m.readiness.done }
 
-// Readiness reports whether the node is ready, and why (or why not) in words: not
-// while it drains, nor while its data dir refuses commits, nor while Config.ReadyCheck
-// fails, nor before its bootstrap ends.
-func (n *Node) Readiness() (bool, string) {
-	if n.draining.Load() {
-		return false, "draining: shutting down"
-	}
-	if n.persist != nil {
-		if ok, reason := n.persist.fault(); !ok {
-			return false, reason
-		}
-	}
-	if check := n.cfg.ReadyCheck; check != nil {
+// Readiness reports whether the mesh is ready, and why (or why not) in words: not
+// while Config.ReadyCheck fails, nor before its bootstrap ends. (The node asks it
+// after its own reasons: draining, a data dir that refuses commits.)
+func (m *Mesh) Readiness() (bool, string) {
+	if check := m.cfg.ReadyCheck; check != nil {
 		if err := check(); err != nil {
 			return false, "not ready: " + err.Error()
 		}
 	}
-	return n.readiness.get()
+	return m.readiness.get()
 }
 
-// ReadinessChanged is closed when Readiness may have changed after Ready: a data dir
-// whose commits start or stop failing. Ask for it again after each close.
-func (n *Node) ReadinessChanged() <-chan struct{} {
-	if n.persist == nil {
-		return nil
-	}
-	return n.persist.faultChanged()
-}
-
-func (n *Node) newSyncer() (*antientropy.Syncer, error) {
+func (m *Mesh) newSyncer() (*antientropy.Syncer, error) {
 	return antientropy.New(antientropy.Config{
-		NodeID:       n.cfg.NodeID,
-		Incarnation:  n.incarnation,
-		Table:        n.table,
-		Apply:        n.applySync,
-		MaxKeyBytes:  n.cfg.Limits.MaxTaskIDBytes,
-		MessageBytes: n.cfg.SyncMessageBytes,
+		NodeID:       m.id,
+		Incarnation:  m.inc,
+		Table:        m.node.Table(),
+		Apply:        m.node.Apply,
+		MaxKeyBytes:  m.cfg.MaxTaskIDBytes,
+		MessageBytes: m.cfg.SyncMessageBytes,
 		// A Digest, a Push or a Pull message takes no longer than a Replicate may: a
 		// peer silent for longer is frozen or cut off, and its round fails.
-		CallTimeout: n.cfg.ReplicateTimeout,
-		Now:         n.cfg.Now,
+		CallTimeout: m.cfg.ReplicateTimeout,
+		Now:         m.cfg.Now,
 	})
 }
 
 // syncLinks are the links that take part in anti-entropy.
-func (n *Node) syncLinks() []*link {
+func (m *Mesh) syncLinks() []*link {
 	var out []*link
-	for _, l := range *n.links.Load() {
+	for _, l := range *m.links.Load() {
 		// Not with a process that has this node's id: its entries of "our" origin
 		// would mix with ours.
-		if _, ok := l.conn.(SyncPeer); ok && !l.isSelf.Load() && !l.selfConflict.Load() {
+		if !l.isSelf.Load() && !l.selfConflict.Load() {
 			out = append(out, l)
 		}
 	}
@@ -215,42 +191,38 @@ func (n *Node) syncLinks() []*link {
 // pkg/antientropy) holds up its own round, never the rounds with the others: the
 // tick after it starts the next peer's on time. A peer whose last round is still in
 // flight is skipped for the next in turn.
-func (n *Node) antiEntropy() {
-	if !n.awaitReadyCheck() {
+func (m *Mesh) antiEntropy() {
+	if !m.awaitReadyCheck() {
 		return
 	}
-	n.bootstrap()
+	m.bootstrap()
 	// With the rounds off, only new peers get one (tick stays nil).
 	var tick <-chan time.Time
-	timer := time.NewTimer(jittered(max(n.cfg.AntiEntropyInterval, time.Second)))
-	defer timer.Stop()
-	if n.cfg.AntiEntropyInterval > 0 {
-		tick = timer.C
+	if m.cfg.AntiEntropyInterval > 0 {
+		tick = m.cfg.After(jittered(max(m.cfg.AntiEntropyInterval, time.Second)))
 	}
 	slots := make(chan struct{}, maxRoundsInFlight)
 	for next := 0; ; next++ {
 		select {
 		case <-tick:
-		case l := <-n.members.syncNew: // a peer just added: catch it (and us) up now
-			if !l.removing.Load() && !l.isSelf.Load() && !n.draining.Load() {
-				if _, ok := l.conn.(SyncPeer); ok {
-					n.startRound(l, slots, "anti-entropy round with a new peer failed; the regular rounds retry")
-				}
+		case l := <-m.members.syncNew: // a peer just added: catch it (and us) up now
+			if !l.removing.Load() && !l.isSelf.Load() && !m.node.Draining() {
+				m.startRound(l, slots, "anti-entropy round with a new peer failed; the regular rounds retry")
 			}
 			next--
 			continue
-		case <-n.ctx.Done():
+		case <-m.ctx.Done():
 			return
 		}
-		if links := n.syncLinks(); len(links) > 0 && !n.draining.Load() {
+		if links := m.syncLinks(); len(links) > 0 && !m.node.Draining() {
 			for i := range links {
-				if n.startRound(links[(next+i)%len(links)], slots, "anti-entropy round failed") {
+				if m.startRound(links[(next+i)%len(links)], slots, "anti-entropy round failed") {
 					next += i
 					break
 				}
 			}
 		}
-		timer.Reset(jittered(n.cfg.AntiEntropyInterval))
+		tick = m.cfg.After(jittered(m.cfg.AntiEntropyInterval))
 	}
 }
 
@@ -263,7 +235,7 @@ const maxRoundsInFlight = 8
 // startRound starts a round with l on a goroutine of its own, unless one with l is
 // in flight or slots are all taken; it reports whether it started one. A failed round
 // is logged at WARN with failed.
-func (n *Node) startRound(l *link, slots chan struct{}, failed string) bool {
+func (m *Mesh) startRound(l *link, slots chan struct{}, failed string) bool {
 	select {
 	case slots <- struct{}{}:
 	default:
@@ -273,13 +245,13 @@ func (n *Node) startRound(l *link, slots chan struct{}, failed string) bool {
 		<-slots
 		return false
 	}
-	n.wg.Add(1)
+	m.wg.Add(1)
 	go func() {
-		defer n.wg.Done()
+		defer m.wg.Done()
 		defer func() { <-slots }()
 		defer l.sync.running.Store(false)
-		if _, err := n.syncWith(l); err != nil {
-			n.log.Warn(failed, "peer", l.addr, "err", err)
+		if _, err := m.syncWith(l); err != nil {
+			m.log.Warn(failed, "peer", l.addr, "err", err)
 		}
 	}()
 	return true
@@ -290,20 +262,20 @@ func jittered(d time.Duration) time.Duration {
 }
 
 // syncWith runs one round with l and records it.
-func (n *Node) syncWith(l *link) (antientropy.Result, error) {
-	ctx, cancel := context.WithTimeout(n.ctx, roundTimeout)
+func (m *Mesh) syncWith(l *link) (antientropy.Result, error) {
+	ctx, cancel := context.WithTimeout(m.ctx, roundTimeout)
 	defer cancel()
-	r, err := n.syncer.Round(ctx, l.conn.(SyncPeer), &l.sync.gate)
+	r, err := m.syncer.Round(ctx, l.conn, &l.sync.gate)
 	l.learn(r.PeerID, r.PeerIncarnation) // its node id for GetStatus; this node itself is dropped
-	now := n.cfg.Now()
+	now := m.cfg.Now()
 	if warn, limited := l.sync.record(r, err, now); warn {
-		n.log.Warn("anti-entropy: the peer asks for more than a round pushes; it gets at most 10,000 entries or 4 MiB a round, "+
+		m.log.Warn("anti-entropy: the peer asks for more than a round pushes; it gets at most 10,000 entries or 4 MiB a round, "+
 			"then nothing until a hold passes (1m, doubling to 16m while it keeps asking); its own rounds pull what it lacks",
 			"peer", l.addr, "node_id", r.PeerID, "wanted_over", r.Wanted-1, "pushed", r.Pushed, "held", r.PushHeld,
 			"held_until", l.sync.gate.ClosedUntil().UTC().Format(time.RFC3339), "limited_rounds_in_this_line", limited)
 	}
 	if err == nil && !r.InSync {
-		n.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,
+		m.log.Info("anti-entropy round repaired", "peer", l.addr, "leaves", r.Leaves,
 			"pulled", r.Pulled, "pushed", r.Pushed, "bytes", r.Bytes, "duration", r.Duration.String())
 	}
 	return r, err
@@ -318,25 +290,23 @@ const readyCheckRetry = time.Second
 // whose own certificate every peer refuses would find every peer unreachable, end its
 // bootstrap at once and, once its certificate is renewed, be ready with a table it
 // never synced. It returns false if the node closed first.
-func (n *Node) awaitReadyCheck() bool {
-	check := n.cfg.ReadyCheck
+func (m *Mesh) awaitReadyCheck() bool {
+	check := m.cfg.ReadyCheck
 	if check == nil {
 		return true
 	}
-	t := time.NewTicker(readyCheckRetry)
-	defer t.Stop()
 	for logged := false; ; {
 		err := check()
 		if err == nil {
 			return true
 		}
 		if !logged {
-			n.log.Warn("bootstrap waits until this node can be ready", "reason", err.Error())
+			m.log.Warn("bootstrap waits until this node can be ready", "reason", err.Error())
 			logged = true
 		}
 		select {
-		case <-t.C:
-		case <-n.ctx.Done():
+		case <-m.cfg.After(readyCheckRetry):
+		case <-m.ctx.Done():
 			return false
 		}
 	}
@@ -345,14 +315,14 @@ func (n *Node) awaitReadyCheck() bool {
 // bootstrap runs a first round with every peer at once, and makes the node ready when
 // all have ended (an unreachable peer ends at once) or SyncTimeout has passed. Rounds
 // still running then go on in the background.
-func (n *Node) bootstrap() {
-	links := n.syncLinks()
+func (m *Mesh) bootstrap() {
+	links := m.syncLinks()
 	if len(links) == 0 {
-		n.readiness.set(true, "ready: no peers to sync with")
+		m.readiness.set(true, "ready: no peers to sync with")
 		return
 	}
-	n.readiness.set(false, fmt.Sprintf("syncing with %d peers (bootstrap)", len(links)))
-	start := n.cfg.Now()
+	m.readiness.set(false, fmt.Sprintf("syncing with %d peers (bootstrap)", len(links)))
+	start := m.cfg.Now()
 	type outcome struct {
 		l   *link
 		r   antientropy.Result
@@ -360,17 +330,16 @@ func (n *Node) bootstrap() {
 	}
 	done := make(chan outcome, len(links))
 	for _, l := range links {
-		n.wg.Add(1)
+		m.wg.Add(1)
 		go func() {
-			defer n.wg.Done()
-			r, err := n.bootstrapWith(l, start)
+			defer m.wg.Done()
+			r, err := m.bootstrapWith(l, start)
 			done <- outcome{l, r, err}
 		}()
 	}
 	var synced, unreachable, failed []string
 	pulled, self := 0, 0
-	timeout := time.NewTimer(n.cfg.SyncTimeout)
-	defer timeout.Stop()
+	timeout := m.cfg.After(m.cfg.SyncTimeout)
 	for range links {
 		select {
 		case o := <-done:
@@ -385,12 +354,12 @@ func (n *Node) bootstrap() {
 			default:
 				failed = append(failed, fmt.Sprintf("%s: %v", o.l.addr, o.err))
 			}
-		case <-timeout.C:
-			reason := fmt.Sprintf("ready: --sync-timeout %s passed; synced with %d of %d peers", n.cfg.SyncTimeout, len(synced), len(links))
-			n.log.Warn("bootstrap incomplete", "synced", synced, "unreachable", unreachable, "failed", failed, "reason", reason)
-			n.readiness.set(true, reason)
+		case <-timeout:
+			reason := fmt.Sprintf("ready: --sync-timeout %s passed; synced with %d of %d peers", m.cfg.SyncTimeout, len(synced), len(links))
+			m.log.Warn("bootstrap incomplete", "synced", synced, "unreachable", unreachable, "failed", failed, "reason", reason)
+			m.readiness.set(true, reason)
 			return
-		case <-n.ctx.Done():
+		case <-m.ctx.Done():
 			return
 		}
 	}
@@ -401,8 +370,8 @@ func (n *Node) bootstrap() {
 	if len(failed) > 0 {
 		reason += fmt.Sprintf("; failed: %s", strings.Join(failed, "; "))
 	}
-	n.log.Info("bootstrap done", "pulled", pulled, "took", n.cfg.Now().Sub(start).String(), "reason", reason)
-	n.readiness.set(true, reason)
+	m.log.Info("bootstrap done", "pulled", pulled, "took", m.cfg.Now().Sub(start).String(), "reason", reason)
+	m.readiness.set(true, reason)
 }
 
 // bootstrapReachWait is how long bootstrap keeps trying a peer it cannot reach. Two
@@ -418,88 +387,30 @@ const bootstrapReachWait = 2 * time.Second
 // a round ends at its bound on bytes pulled having pulled something. A peer that
 // passes a call's deadline is not tried again: it is hanging, and would hold the
 // node's readiness for SyncTimeout.
-func (n *Node) bootstrapWith(l *link, start time.Time) (antientropy.Result, error) {
+func (m *Mesh) bootstrapWith(l *link, start time.Time) (antientropy.Result, error) {
 	l.sync.running.Store(true) // the regular rounds skip l until this ends
 	defer l.sync.running.Store(false)
 	var total antientropy.Result
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		r, err := n.syncWith(l)
+		r, err := m.syncWith(l)
 		progress := r.Pulled > 0
 		total.Pulled += r.Pulled
 		r.Pulled = total.Pulled
-		elapsed := n.cfg.Now().Sub(start)
+		elapsed := m.cfg.Now().Sub(start)
 		switch {
-		case err == nil && r.PullCut && progress && elapsed < n.cfg.SyncTimeout:
+		case err == nil && r.PullCut && progress && elapsed < m.cfg.SyncTimeout:
 			continue
 		case errors.Is(err, antientropy.ErrTimeout):
 			return r, err
-		case errors.Is(err, peers.ErrCongestion) && elapsed+wait <= n.cfg.SyncTimeout:
-		case errors.Is(err, peers.ErrNetwork) && elapsed+wait <= min(bootstrapReachWait, n.cfg.SyncTimeout):
+		case errors.Is(err, peers.ErrCongestion) && elapsed+wait <= m.cfg.SyncTimeout:
+		case errors.Is(err, peers.ErrNetwork) && elapsed+wait <= min(bootstrapReachWait, m.cfg.SyncTimeout):
 		default:
 			return r, err
 		}
 		select {
-		case <-time.After(wait):
-		case <-n.ctx.Done():
+		case <-m.cfg.After(wait):
+		case <-m.ctx.Done():
 			return r, err
 		}
 	}
-}
-
-// applySync stores entries brought by anti-entropy (a Pull's answer, a peer's Push).
-// It validates all of them first, as Replicate validates an event, and refuses the
-// whole request naming the first bad one. Unlike Replicate it takes this node's own
-// writes of an earlier process: a node restarted without --data-dir gets them back
-// from its peers, and its clock moves past them; an entry of this node's origin that
-// this process would hold, and does not, is skipped and counted (origin.go).
-//
-// Entries of an origin other than from (the peer that sent them) and this node are
-// relayed: counted in fanout_sync_relayed_entries_total. Anti-entropy relays on
-// purpose (docs/SECURITY.md, "Anti-entropy relays"): a restarted or new node gets the
-// writes of nodes that are down or gone from the ones that hold them.
-func (n *Node) applySync(from string, entries []*fanoutv1.SyncEntry) (int, error) {
-	if n.draining.Load() {
-		return 0, ErrDraining
-	}
-	now := n.cfg.Now()
-	bound := newVersionBound(now, maxPeerAhead)
-	heads := make([]wire.EventHead, len(entries))
-	for i, e := range entries {
-		h, ok := n.cfg.Limits.readEvent(e.GetEvent())
-		switch o := e.GetOrigin(); {
-		case !ok:
-			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")
-		case !bound.allows(h.Version):
-			n.versionsRefused.sync.Add(1)
-			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%s", bound.explain(h.Version, maxPeerAhead))
-		case o == "" || len(o) > MaxNodeIDBytes:
-			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), MaxNodeIDBytes)
-		}
-		heads[i] = h
-	}
-	applied, relayed := 0, uint64(0)
-	src := n.sources.of(from)
-	for i, e := range entries {
-		h := heads[i]
-		o := e.GetOrigin()
-		if o != from && o != n.cfg.NodeID {
-			relayed++
-		}
-		n.clock.observe(h.Version) // a refused entry too: this node's next write of the key wins over it
-		if o == n.cfg.NodeID && !n.ownSynced(&h, e.GetSubmittedAtUnixNanos(), now) {
-			continue
-		}
-		w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: e.GetEvent(),
-			Stamp: state.Stamp{Version: h.Version, Origin: o}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.Deleted}
-		r := n.table.Put(&w, now)
-		src.count(r)
-		if r.Outcome == state.Applied {
-			applied++
-			if o == n.cfg.NodeID {
-				n.own.syncRestored.Add(1)
-			}
-		}
-	}
-	n.relayed.Add(relayed)
-	return applied, nil
 }

@@ -1,4 +1,4 @@
-package fanout
+package mesh
 
 import (
 	"context"
@@ -8,60 +8,12 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
-
-// fakeMember starts a node with id on fake at addr, peered with peerAddrs.
-func fakeMember(t *testing.T, fake *peers.FakeNetwork, id, addr string, peerAddrs []string, tweak func(*Config)) *testNode {
-	t.Helper()
-	cfg := testConfig(id, peerAddrs...)
-	cfg.Dial = func(a string) (Replicator, error) { return fake.Dial(a), nil }
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	tn := startTestNode(t, cfg)
-	fake.Handle(addr, NewPeerServer(tn.node).Replicate)
-	return tn
-}
-
-func peerByAddr(st *fanoutv1.GetStatusResponse, addr string) *fanoutv1.PeerStatus {
-	for _, p := range st.GetPeers() {
-		if p.GetAddress() == addr {
-			return p
-		}
-	}
-	return nil
-}
-
-func has(tn *testNode, key string) bool {
-	_, ok := tn.node.table.Get([]byte(key))
-	return ok
-}
-
-// seriesOf counts the collector's series that name peer addr.
-func seriesOf(t *testing.T, n *Node, addr string) int {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(n))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := 0
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "peer" && lp.GetValue() == addr {
-					count++
-				}
-			}
-		}
-	}
-	return count
-}
 
 // TestPeerSetChanges: SetPeers adds a peer at once (it gets new events and an
 // anti-entropy round brings it the older ones), removes one after its grace with
@@ -71,13 +23,13 @@ func seriesOf(t *testing.T, n *Node, addr string) int {
 func TestPeerSetChanges(t *testing.T) {
 	fake := peers.NewFakeNetwork()
 	const grace = 300 * time.Millisecond
-	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *Config) { c.PeerRemovalGrace = grace })
+	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *nodeConfig) { c.PeerRemovalGrace = grace })
 	b := fakeMember(t, fake, "b", "b", nil, nil)
 	c := fakeMember(t, fake, "c", "c", nil, nil)
 	ctx := context.Background()
 	submit := func(key string, ack fanoutv1.AckPolicy) *fanoutv1.SubmitResponse {
 		t.Helper()
-		resp, err := a.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev(key, "x")}, Ack: ack,
+		resp, err := a.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev(key, "x")}, Ack: ack,
 			AckTimeout: durationpb.New(5 * time.Second)})
 		if err != nil {
 			t.Fatalf("Submit %s: %v", key, err)
@@ -88,7 +40,7 @@ func TestPeerSetChanges(t *testing.T) {
 
 	// Added: c gets new events at once; "old", sent before c was a peer, comes by
 	// the round a new peer gets. Duplicates in the list are one peer.
-	if err := a.node.SetPeers([]string{"b", "c", "b"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b", "c", "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(a.node.Status().GetPeers()); n != 2 {
@@ -101,7 +53,7 @@ func TestPeerSetChanges(t *testing.T) {
 		t.Fatal("c, just added, does not hold the event submitted after")
 	}
 	// The fake network carries Replicate only; anti-entropy is checked end to end.
-	if got := a.node.members.added.Load(); got != 1 {
+	if got := a.mesh.members.added.Load(); got != 1 {
 		t.Fatalf("added = %d, want 1", got)
 	}
 
@@ -114,7 +66,7 @@ func TestPeerSetChanges(t *testing.T) {
 	}
 	waitedCh := make(chan result, 1)
 	go func() {
-		resp, err := a.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("stuck", "x")},
+		resp, err := a.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("stuck", "x")},
 			Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(20 * time.Second)})
 		waitedCh <- result{resp, err}
 	}()
@@ -125,7 +77,7 @@ func TestPeerSetChanges(t *testing.T) {
 		p := peerByAddr(a.node.Status(), "c")
 		return p != nil && p.GetAccepted() >= 2
 	})
-	if err := a.node.SetPeers([]string{"b"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
 	}
 	if p := peerByAddr(a.node.Status(), "c"); p == nil || !p.GetRemoving() {
@@ -151,8 +103,8 @@ func TestPeerSetChanges(t *testing.T) {
 	waitFor(t, "c's link to close", func() bool { return peerByAddr(a.node.Status(), "c") == nil })
 	// The link leaves the status as its grace ends, just before it is closed and what
 	// it dropped is counted (startLeaving): wait for the count, then check it.
-	waitFor(t, "c's drops to be counted", func() bool { return a.node.members.dropped.Load() > 0 })
-	if got := a.node.members.dropped.Load(); got != 1 {
+	waitFor(t, "c's drops to be counted", func() bool { return a.mesh.members.dropped.Load() > 0 })
+	if got := a.mesh.members.dropped.Load(); got != 1 {
 		t.Fatalf("dropped for removed peers = %d, want 1 (stuck)", got)
 	}
 	if n := seriesOf(t, a.node, "c"); n != 0 {
@@ -163,36 +115,36 @@ func TestPeerSetChanges(t *testing.T) {
 	}
 
 	// Removed and named again within the grace: back as it was, nothing dropped.
-	if err := a.node.SetPeers([]string{"b", "c"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b", "c"}); err != nil {
 		t.Fatal(err)
 	}
 	submit("flap", fanoutv1.AckPolicy_ACK_POLICY_QUEUED)
-	if err := a.node.SetPeers([]string{"b"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.node.SetPeers([]string{"b", "c"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b", "c"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.node.members.returned.Load(); got != 1 {
+	if got := a.mesh.members.returned.Load(); got != 1 {
 		t.Fatalf("returned = %d, want 1", got)
 	}
-	fake.Handle("c", NewPeerServer(c.node).Replicate)
+	fake.Handle("c", c.peer.Replicate)
 	waitFor(t, "c to get the event queued before it flapped", func() bool { return has(c, "flap") })
 	time.Sleep(grace) // a grace that was not cancelled would close the link now
 	if p := peerByAddr(a.node.Status(), "c"); p == nil || p.GetRemoving() {
 		t.Fatalf("c after coming back: %v, want in the set", p)
 	}
-	if got := a.node.members.dropped.Load(); got != 1 {
+	if got := a.mesh.members.dropped.Load(); got != 1 {
 		t.Fatalf("dropped = %d after the flap, want still 1", got)
 	}
 
 	// This node's own address: dropped once found, never added again.
-	if err := a.node.SetPeers([]string{"b", "c", "a"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b", "c", "a"}); err != nil {
 		t.Fatal(err)
 	}
 	submit("self", fanoutv1.AckPolicy_ACK_POLICY_QUEUED)
 	waitFor(t, "the self link to be dropped", func() bool { return peerByAddr(a.node.Status(), "a") == nil })
-	if err := a.node.SetPeers([]string{"b", "c", "a"}); err != nil {
+	if err := a.mesh.SetPeers([]string{"b", "c", "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if p := peerByAddr(a.node.Status(), "a"); p != nil {
@@ -211,7 +163,7 @@ func TestNodeIDConflict(t *testing.T) {
 	c := fakeMember(t, fake, "c", "c", []string{"a1", "a2"}, nil)
 	ctx := context.Background()
 
-	resp, err := a.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "x")},
+	resp, err := a.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "x")},
 		Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +179,7 @@ func TestNodeIDConflict(t *testing.T) {
 		t.Fatalf("fanout_peer_node_id_conflict = %v, want 1", v)
 	}
 
-	if _, err := c.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k2", "x")}}); err != nil {
+	if _, err := c.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k2", "x")}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "c to see one id at two addresses", func() bool {
@@ -239,9 +191,9 @@ func TestNodeIDConflict(t *testing.T) {
 }
 
 // gaugeOf returns a collector of only the named metric of n, for testutil.ToFloat64.
-func gaugeOf(t *testing.T, n *Node, name string) prometheus.Collector {
+func gaugeOf(t *testing.T, n *fanout.Node, name string) prometheus.Collector {
 	t.Helper()
-	return filtered{NewCollector(n), name}
+	return filtered{fanout.NewCollector(n), name}
 }
 
 type filtered struct {
@@ -267,7 +219,7 @@ func TestUnknownCaller(t *testing.T) {
 	fake := peers.NewFakeNetwork()
 	var mu sync.Mutex
 	var calls []string
-	b := fakeMember(t, fake, "b", "b", []string{"k"}, func(c *Config) {
+	b := fakeMember(t, fake, "b", "b", []string{"k"}, func(c *nodeConfig) {
 		c.OnUnknownPeer = func(id string) { mu.Lock(); calls = append(calls, id); mu.Unlock() }
 	})
 	fakeMember(t, fake, "k", "k", []string{"b"}, nil)
@@ -278,7 +230,7 @@ func TestUnknownCaller(t *testing.T) {
 		}
 	}
 	// b learns k's id from k's first answer.
-	if _, err := b.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "")}}); err != nil {
+	if _, err := b.submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "")}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to learn k's id", func() bool { return peerByAddr(b.node.Status(), "k").GetNodeId() == "k" })
