@@ -23,7 +23,9 @@ import (
 func TestPeerSetChanges(t *testing.T) {
 	fake := peers.NewFakeNetwork()
 	const grace = 300 * time.Millisecond
-	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *nodeConfig) { c.PeerRemovalGrace = grace })
+	clock := newFakeAfter() // the removal graces end when the test says
+	isGrace := func(d time.Duration) bool { return d == grace }
+	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *nodeConfig) { c.PeerRemovalGrace, c.After = grace, clock.After })
 	b := fakeMember(t, fake, "b", "b", nil, nil)
 	c := fakeMember(t, fake, "c", "c", nil, nil)
 	ctx := context.Background()
@@ -84,6 +86,7 @@ func TestPeerSetChanges(t *testing.T) {
 		t.Fatalf("c during its grace: %v, want shown with removing", p)
 	}
 	submit("after-removal", fanoutv1.AckPolicy_ACK_POLICY_QUEUED)
+	clock.fire(t, "c's removal grace", isGrace)
 	r := <-waitedCh
 	if r.err != nil {
 		t.Fatalf("Submit stuck: %v", r.err)
@@ -130,7 +133,7 @@ func TestPeerSetChanges(t *testing.T) {
 	}
 	fake.Handle("c", c.peer.Replicate)
 	waitFor(t, "c to get the event queued before it flapped", func() bool { return has(c, "flap") })
-	time.Sleep(grace) // a grace that was not cancelled would close the link now
+	clock.fire(t, "the grace c came back within", isGrace) // a grace that was not cancelled would close the link now
 	if p := peerByAddr(a.node.Status(), "c"); p == nil || p.GetRemoving() {
 		t.Fatalf("c after coming back: %v, want in the set", p)
 	}
