@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -260,7 +262,15 @@ func (n *Node) durable(ctx context.Context, rev uint64) error {
 	if n.persist == nil || rev == 0 {
 		return nil
 	}
-	return n.persist.wait(ctx, rev)
+	err := n.persist.Wait(ctx, rev)
+	var failed *persist.CommitError
+	switch {
+	case errors.As(err, &failed):
+		return fmt.Errorf("%w: %v", ErrNotDurable, failed.Cause)
+	case errors.Is(err, persist.ErrStopped):
+		return ErrClosed
+	}
+	return err
 }
 
 func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[outEvent]) error {
