@@ -12,6 +12,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
@@ -65,11 +66,12 @@ type Node struct {
 	sources sourceWrites
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
-	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
+	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates
+	// (package acks; acks.go maps the node's words onto it).
 	wheel    *timingwheel.Wheel
 	wheelDrv *timingwheel.Driver
 	purg     *purgatory.Purgatory[ackKey]
-	acks     *ackLedger
+	ledger   *acks.Ledger[string, uint64]
 
 	// links is the current peer set, copy-on-write: Submit loads it without a lock.
 	// Written by New, then only under members.mu (SetPeers, self-removal; members.go).
@@ -233,7 +235,7 @@ func (n *Node) startPurgatory() error {
 	if err != nil {
 		return err
 	}
-	n.wheel, n.purg, n.acks = w, purg, newAckLedger(purg)
+	n.wheel, n.purg, n.ledger = w, purg, acks.NewLedger[string, uint64]()
 	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now)
 	return nil
 }

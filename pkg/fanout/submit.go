@@ -11,6 +11,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/peers"
@@ -290,15 +291,15 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 	for i, l := range links {
 		peers[i] = l.addr
 	}
-	op := newAckOp(peers, need, len(tasks))
+	op := acks.NewOp(peers, need, len(tasks))
 	for i, l := range links {
 		if l.br.State() == breaker.Open {
-			op.fail(i, "circuit breaker open")
+			op.Fail(i, "circuit breaker open")
 		}
 	}
 	op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
-	keys := n.acks.register(op, tasks)
-	defer n.acks.unregister(op, keys)
+	keys := n.ledger.Register(op, len(tasks), func(i int) (string, uint64) { return tasks[i].ID, tasks[i].Value.version })
+	defer n.ledger.Unregister(op, keys)
 	start := n.cfg.Now()
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
@@ -310,7 +311,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		return err
 	}
 	select {
-	case <-op.done:
+	case <-op.Done():
 	case <-ctx.Done():
 		n.purg.Cancel(op) // the caller is gone: forget the operation and its timer
 		return ctx.Err()
@@ -318,7 +319,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		n.purg.Cancel(op)
 		return ErrClosed
 	}
-	c.resp.PeerAcks, c.resp.Satisfied = op.result()
+	c.resp.PeerAcks, c.resp.Satisfied = ackResult(op)
 	n.ackWait.observe(c.ack, c.resp.Satisfied, n.cfg.Now().Sub(start))
 	return nil
 }
