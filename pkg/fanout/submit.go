@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,8 +12,10 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -260,7 +263,15 @@ func (n *Node) durable(ctx context.Context, rev uint64) error {
 	if n.persist == nil || rev == 0 {
 		return nil
 	}
-	return n.persist.wait(ctx, rev)
+	err := n.persist.Wait(ctx, rev)
+	var failed *persist.CommitError
+	switch {
+	case errors.As(err, &failed):
+		return fmt.Errorf("%w: %v", ErrNotDurable, failed.Cause)
+	case errors.Is(err, persist.ErrStopped):
+		return ErrClosed
+	}
+	return err
 }
 
 func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[outEvent]) error {
@@ -280,15 +291,15 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 	for i, l := range links {
 		peers[i] = l.addr
 	}
-	op := newAckOp(peers, need, len(tasks))
+	op := acks.NewOp(peers, need, len(tasks))
 	for i, l := range links {
 		if l.br.State() == breaker.Open {
-			op.fail(i, "circuit breaker open")
+			op.Fail(i, "circuit breaker open")
 		}
 	}
 	op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
-	keys := n.acks.register(op, tasks)
-	defer n.acks.unregister(op, keys)
+	keys := n.ledger.Register(op, len(tasks), func(i int) (string, uint64) { return tasks[i].ID, tasks[i].Value.version })
+	defer n.ledger.Unregister(op, keys)
 	start := n.cfg.Now()
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
@@ -300,7 +311,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		return err
 	}
 	select {
-	case <-op.done:
+	case <-op.Done():
 	case <-ctx.Done():
 		n.purg.Cancel(op) // the caller is gone: forget the operation and its timer
 		return ctx.Err()
@@ -308,7 +319,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		n.purg.Cancel(op)
 		return ErrClosed
 	}
-	c.resp.PeerAcks, c.resp.Satisfied = op.result()
+	c.resp.PeerAcks, c.resp.Satisfied = ackResult(op)
 	n.ackWait.observe(c.ack, c.resp.Satisfied, n.cfg.Now().Sub(start))
 	return nil
 }
