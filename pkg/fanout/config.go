@@ -9,6 +9,7 @@ import (
 
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/configerr"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
@@ -23,9 +24,9 @@ type Config struct {
 	TaskTTL time.Duration
 	// Store, if set, is the durable copy of the state table (--data-dir, pkg/store):
 	// New loads it and raises the clock past its high-water mark, every change is
-	// committed to it, and Submit answers once its events are on disk. The caller
-	// opens and closes it (after Close). nil: memory only.
-	Store Store
+	// committed to it (package persist), and Submit answers once its events are on
+	// disk. The caller opens and closes it (after Close). nil: memory only.
+	Store persist.Store
 
 	// CallerIDs returns the node identities of the peer that made the call in ctx,
 	// authenticated by the peer listener (mutual TLS), and ok false if the call was

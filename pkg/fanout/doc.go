@@ -54,7 +54,7 @@
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
 // unchanged (internal/wire's writers). The frame codec (pkg/peers) passes such frames
 // through and leaves every other message to gRPC's protobuf codec; it is an option of
-// the server (peers.FrameServerOption, in peers.ServerOptions), not a process-wide
+// the server (frame.ServerOption, in frame.ServerOptions), not a process-wide
 // registration.
 //
 // Read. Get and Subscribe read the state table (get.go, subscribe.go). Get returns the
@@ -73,19 +73,19 @@
 // cache from the snapshot (an informer) would see keys vanish or go back to older
 // versions than it saw before the node restarted.
 //
-// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: the transport's
-// Publish first tells the node the destinations it hands the events to (and which of
-// them cannot acknowledge now: a peer whose breaker is open), and before any event is
-// queued the ackLedger registers one waiter per (destination, task_id) and the
-// purgatory (package purgatory) watches the op under the same keys, with its deadline
-// (ack_timeout, capped below the call's deadline) on a timing wheel (package
-// timingwheel). The transport reports each task's fate at each destination (the mesh:
-// every batcher's OnFinal, through AckFates); the ledger
-// settles the waiters that need that version or older (OK and STALE acknowledge,
-// overflow, expiry and removal drop, a permanent error fails) and asks the purgatory to
-// check the key. The op completes once the policy is met, can no longer be met, or its
-// deadline passes; a cancelled call cancels it. With no waiters the ledger costs one
-// atomic load per fate.
+// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an op of package acks:
+// the transport's Publish first tells the node the destinations it hands the events to
+// (and which of them cannot acknowledge now: a peer whose breaker is open), and before
+// any event is queued the ledger (acks.Ledger) registers one waiter per (destination,
+// task_id) and the purgatory (package purgatory) watches the op under the same keys,
+// with its deadline (ack_timeout, capped below the call's deadline) on a timing wheel
+// (package timingwheel). The transport reports each task's fate at each destination
+// (the mesh: every batcher's OnFinal, through AckFates); acks.go maps it onto an
+// acks.Fate (OK and STALE acknowledge, overflow, expiry and removal drop, a permanent
+// error fails), the ledger settles the waiters that need that version or older and
+// the purgatory checks the key. The op completes once the policy is met, can no longer
+// be met, or its deadline passes; a cancelled call cancels it. With no waiters the
+// ledger costs one atomic load per fate.
 //
 // # Goroutines
 //

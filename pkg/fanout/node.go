@@ -10,8 +10,10 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/acks"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/purgatory"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/timingwheel"
@@ -27,6 +29,9 @@ var (
 	// ErrShuttingDown: the node is shutting down and takes no peer traffic; the
 	// sender keeps its events and sends them after the restart (SPEC §14).
 	ErrShuttingDown = errors.New("fanout: shutting down, not taking peer traffic; keep the events and retry")
+	// ErrNotDurable wraps a failed commit to the data dir: the events are applied in
+	// memory and queued for the peers, but not on this node's disk.
+	ErrNotDurable = errors.New("fanout: not on disk")
 )
 
 // Node is one sidecar's domain core: it assigns versions, keeps the state table (the
@@ -58,11 +63,12 @@ type Node struct {
 	sources sourceWrites
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
-	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
+	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates
+	// (package acks; acks.go maps the node's words onto it).
 	wheel    *timingwheel.Wheel
 	wheelDrv *timingwheel.Driver
 	purg     *purgatory.Purgatory[ackKey]
-	acks     *ackLedger
+	ledger   *acks.Ledger[string, uint64]
 
 	// tr carries the accepted events to the other nodes (transport.go): the mesh,
 	// or loneTransport without Config.NewTransport. Set by New, never changed.
@@ -71,10 +77,9 @@ type Node struct {
 	// answers with this node's id and another incarnation is another process.
 	incarnation uint64
 
-	// persist writes every change of the table to cfg.Store (--data-dir); nil
-	// without one. It stops after every other writer, in Close.
-	persist   *persister
-	persistWG sync.WaitGroup
+	// persist writes every change of the table to cfg.Store (--data-dir, package
+	// persist); nil without one. It stops after every other writer, in Close.
+	persist *persist.Persister
 
 	// calls recycles the scratch of Submit calls (submit.go); out holds the bytes of
 	// this node's own events on their way to the peers.
@@ -100,10 +105,15 @@ func New(cfg Config) (*Node, error) {
 	// before a restart is below the new table's first and is refused on resume.
 	start := cfg.Now()
 	cfg.State.FirstRevision = wallVersion(start)
-	var persist *persister
+	var pst *persist.Persister
 	if cfg.Store != nil {
-		persist = newPersister(cfg.Store, nil, cfg.Logger)
-		cfg.State.Collected = persist.forgotten
+		pcfg := persist.DefaultConfig()
+		pcfg.Store, pcfg.Logger = cfg.Store, cfg.Logger
+		var err error
+		if pst, err = persist.New(pcfg); err != nil {
+			return nil, err
+		}
+		cfg.State.Collected = pst.Forgotten
 	}
 	table, err := state.New(cfg.State)
 	if err != nil {
@@ -114,13 +124,12 @@ func New(cfg Config) (*Node, error) {
 		log:     cfg.Logger,
 		clock:   hlc{now: cfg.Now},
 		table:   table,
-		persist: persist,
+		persist: pst,
 		ackWait: newAckWaits(),
 		// rand.Uint64 is seeded per process; |1 keeps it off 0 ("not given").
 		incarnation: rand.Uint64() | 1,
 	}
-	if persist != nil {
-		persist.table = table
+	if pst != nil {
 		n.clock.extend = cfg.Store.RaiseClock
 		if err := n.load(); err != nil {
 			return nil, err
@@ -142,10 +151,8 @@ func New(cfg Config) (*Node, error) {
 			"or a Get page can be this big, so apps must raise their client's receive limit (e.g. grpc.MaxCallRecvMsgSize)",
 			"max_event_bytes", cfg.Limits.MaxEventBytes, "message_bytes", e, "client_default_bytes", defaultClientRecvBytes)
 	}
-	if persist != nil {
-		persist.durable = table.Revision() // everything loaded is on disk already
-		n.persistWG.Add(1)
-		go func() { defer n.persistWG.Done(); persist.run() }()
+	if pst != nil {
+		pst.Start() // everything loaded is on disk already
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.collectTombstones() }()
@@ -165,6 +172,30 @@ func (n *Node) newTransport() (Transport, error) {
 		return nil, errors.New("fanout: Config.NewTransport returned no transport and no error")
 	}
 	return tr, nil
+}
+
+// load fills the empty table from the data dir (package persist) and moves the clock
+// past everything the store ever committed, so that this node's next version is above
+// its last one before the restart. Called by New, before any goroutine runs.
+func (n *Node) load() error {
+	start, now := time.Now(), n.cfg.Now()
+	l, err := n.persist.Load(n.table, now)
+	if err != nil {
+		return err
+	}
+	n.clock.restore(l.Clock)
+	st := n.table.Stats()
+	n.log.Info("data dir loaded", "keys", l.Keys, "tombstones", st.Tombstones, "expired_tombstones", l.Expired,
+		"clock_high_water_mark", l.Clock, "took", time.Since(start).Round(time.Millisecond).String())
+	if l.Refused > 0 {
+		n.log.Warn("data dir holds more than the state table's bounds; the rest was not loaded (anti-entropy does not bring it back either): raise --state-max-keys or --state-max-bytes",
+			"refused", l.Refused, "keys", st.Keys, "state_max_keys", n.cfg.State.MaxKeys, "bytes", st.Bytes, "state_max_bytes", n.cfg.State.MaxBytes)
+	}
+	if limit := maxVersion(now, maxObservedSkew); l.Clock > limit {
+		n.log.Warn("the data dir's clock is ahead of this host's clock: this node's versions continue from it, and peers refuse those more than 5m ahead of theirs; check the host clock",
+			"clock_high_water_mark", l.Clock, "wall_version", wallVersion(now))
+	}
+	return nil
 }
 
 // collectTombstones removes the tombstones older than --tombstone-ttl, every quarter
@@ -194,7 +225,7 @@ func (n *Node) startPurgatory() error {
 	if err != nil {
 		return err
 	}
-	n.wheel, n.purg, n.acks = w, purg, newAckLedger(purg)
+	n.wheel, n.purg, n.ledger = w, purg, acks.NewLedger[string, uint64]()
 	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now)
 	return nil
 }
@@ -212,13 +243,13 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(ctx, &peers.Frame{B: b})
+	return n.replicateFrame(ctx, &frame.Frame{B: b})
 }
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateFrame(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
@@ -359,8 +390,7 @@ func (n *Node) Close() {
 		n.wheelDrv.Stop()
 		n.tr.Close() // its goroutines, then its queues: what is left ends with its fate
 		if n.persist != nil {
-			n.persist.close() // the table's last changes go to disk
-			n.persistWG.Wait()
+			n.persist.Close() // the table's last changes go to disk
 		}
 	})
 }

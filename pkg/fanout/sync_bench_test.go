@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/mesh"
@@ -123,7 +124,7 @@ func serveSyncNode(b *testing.B, n *Node, m *mesh.Mesh) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, peers.ServerOptions()...)...)
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, frame.ServerOptions()...)...)
 	RegisterPeerServer(srv, NewPeerServer(n, m))
 	go srv.Serve(lis)
 	b.Cleanup(srv.Stop)

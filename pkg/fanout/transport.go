@@ -86,7 +86,7 @@ type Transport interface {
 // to: see Transport. It is the ack ledger's, so a fate costs one atomic load while no
 // Submit waits.
 func (n *Node) AckFates() func(dest string, t *batcher.Task[wire.Outgoing], fate batcher.Fate) {
-	return n.acks.final
+	return n.ackFinal
 }
 
 // Incarnation is this node process's random id (never 0): a peer that answers with

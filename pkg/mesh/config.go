@@ -8,6 +8,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
@@ -22,7 +23,7 @@ import (
 // or peers.ErrPermanent.
 type Conn interface {
 	// ReplicateFrame sends a ReplicateRequest of events events, already encoded.
-	ReplicateFrame(ctx context.Context, f *peers.Frame, events int) (*fanoutv1.ReplicateResponse, error)
+	ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error)
 	antientropy.Peer
 	Close() error
 }

@@ -3,14 +3,14 @@ package mesh
 import (
 	"sync"
 
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
 // framePool recycles the frames the links build their Replicate requests in.
-var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
+var framePool = sync.Pool{New: func() any { return new(frame.Frame) }}
 
 // outItemBytes is what o adds to a ReplicateRequest: the batcher's Config.Size, so
 // that a batch of MaxBatchBytes is a request of at most that plus
