@@ -49,14 +49,9 @@ func TestPendingBudget(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "b to hold every event", func() bool {
-		for k := range events {
-			if !has(b, fmt.Sprintf("budget/%05d", k)) {
-				return false
-			}
-		}
-		return true
-	})
+	for k := range events { // b holds every event
+		waitKey(t, b, fmt.Sprintf("budget/%05d", k))
+	}
 	st := a.mesh.PendingBudget()
 	// Within the limit once every batcher has taken a step, but for one task each.
 	task := wire.ReplicateItemBytes(1024) + batcher.TaskOverhead[wire.Outgoing]()
