@@ -132,7 +132,7 @@ func TestPeerSetChanges(t *testing.T) {
 		t.Fatalf("returned = %d, want 1", got)
 	}
 	fake.Handle("c", c.peer.Replicate)
-	waitKey(t, c, "flap") // the event queued before c flapped
+	waitKey(t, c, "flap")                                  // the event queued before c flapped
 	clock.fire(t, "the grace c came back within", isGrace) // a grace that was not cancelled would close the link now
 	if p := peerByAddr(a.node.Status(), "c"); p == nil || p.GetRemoving() {
 		t.Fatalf("c after coming back: %v, want in the set", p)
