@@ -217,7 +217,7 @@ func (c *Config) PeerMessageBytes() int {
 // SubmitResponse of MaxEvents results is far smaller. Subscribe and Get keep to their
 // own bounds; this is the backstop.
 func (c *Config) AppSendBytes() int {
-	return maxBatchBytes + c.Limits.EntryBytes() + messageOverhead
+	return maxBatchBytes + entryBytes(c.Limits) + messageOverhead
 }
 
 func (c *Config) fillDefaults() {
