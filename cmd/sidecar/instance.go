@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
@@ -289,7 +290,7 @@ func newGRPCServer(log *slog.Logger, m *grpcmetrics.Metrics, sizes msgSizes, cre
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	}, peers.ServerOptions()...)...)
+	}, frame.ServerOptions()...)...)
 	healthpb.RegisterHealthServer(s, h)
 	return s
 }

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/configerr"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
@@ -21,7 +21,7 @@ import (
 // it; *peers.Conn is a SyncPeer as well (sync.go). Its errors wrap peers.ErrCongestion, peers.ErrNetwork or peers.ErrPermanent.
 type Replicator interface {
 	// ReplicateFrame sends a ReplicateRequest of events events, already encoded.
-	ReplicateFrame(ctx context.Context, f *peers.Frame, events int) (*fanoutv1.ReplicateResponse, error)
+	ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error)
 	Close() error
 }
 

@@ -56,7 +56,7 @@
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
 // unchanged (internal/wire's writers). The frame codec (pkg/peers) passes such frames
 // through and leaves every other message to gRPC's protobuf codec; it is an option of
-// the server (peers.FrameServerOption, in peers.ServerOptions), not a process-wide
+// the server (frame.ServerOption, in frame.ServerOptions), not a process-wide
 // registration.
 //
 // Read. Get and Subscribe read the state table (get.go, subscribe.go). Get returns the

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/internal/frame"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -32,7 +32,7 @@ func FuzzReplicateBytes(f *testing.F) {
 	}
 	defer n.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		resp, err := n.replicateFrame(context.Background(), &peers.Frame{B: data})
+		resp, err := n.replicateFrame(context.Background(), &frame.Frame{B: data})
 		if err != nil {
 			if s, ok := status.FromError(toStatus(err)); !ok || s.Code() != codes.InvalidArgument {
 				t.Fatalf("error %v is not INVALID_ARGUMENT", err)

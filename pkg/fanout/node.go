@@ -11,11 +11,11 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/purgatory"
 	"github.com/fanout/fanout/pkg/state"
@@ -268,13 +268,13 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(ctx, &peers.Frame{B: b})
+	return n.replicateFrame(ctx, &frame.Frame{B: b})
 }
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateFrame(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}

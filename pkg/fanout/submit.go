@@ -10,12 +10,12 @@ import (
 	"unsafe"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/event"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
@@ -93,7 +93,7 @@ func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanout
 // submitFrame is Submit for a request's bytes, answered with the response's bytes:
 // what the app listener's Submit does (submitHandler). f may be reused once it
 // returns.
-func (n *Node) submitFrame(ctx context.Context, f *peers.Frame) (*peers.Frame, error) {
+func (n *Node) submitFrame(ctx context.Context, f *frame.Frame) (*frame.Frame, error) {
 	c := n.getCall()
 	defer n.putCall(c)
 	if err := n.readSubmit(f.B, c); err != nil {
@@ -106,8 +106,8 @@ func (n *Node) submitFrame(ctx context.Context, f *peers.Frame) (*peers.Frame, e
 }
 
 // answer is c's SubmitResponse as a frame of its own.
-func (c *submitCall) answer() *peers.Frame {
-	return &peers.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
+func (c *submitCall) answer() *frame.Frame {
+	return &frame.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
 }
 
 // readSubmit reads the SubmitRequest in b into c and validates it whole, refusing it

@@ -3,9 +3,9 @@ package fanout
 import (
 	"sync"
 
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/event"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -17,15 +17,14 @@ import (
 // of internal/wire, copies the event's bytes once, and writes them into Subscribe
 // messages unchanged (wire.AppendEntry). This file is the node's side of that: the
 // limits an event read from its bytes is held to (package event reads it), and table
-// entries as wire entries.
-// peers.Frame carries such bytes through gRPC.
+// entries as wire entries. frame.Frame carries such bytes through gRPC.
 
 // framePool recycles frames: the requests of Replicate and Submit calls and of
 // replicate streams, and the batches a link builds.
-var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
+var framePool = sync.Pool{New: func() any { return new(frame.Frame) }}
 
 // putFrame gives f back to framePool, unless it holds a huge request's buffer.
-func putFrame(f *peers.Frame) {
+func putFrame(f *frame.Frame) {
 	if cap(f.B) <= 4<<20 {
 		framePool.Put(f)
 	}
