@@ -121,7 +121,7 @@ func (c *Config) validateBytes() []error {
 // SubmitResponse of MaxEvents results is far smaller. Subscribe and Get keep to their
 // own bounds; this is the backstop.
 func (c *Config) AppSendBytes() int {
-	return maxBatchBytes + c.Limits.EntryBytes() + wire.MessageOverhead()
+	return maxBatchBytes + entryBytes(c.Limits) + wire.MessageOverhead()
 }
 
 func (c *Config) fillDefaults() {

@@ -10,11 +10,11 @@
 // (submit.go)
 //
 //  1. refuses everything while draining (ErrDraining → UNAVAILABLE);
-//  2. reads the request with internal/wire (ParseSubmit, and readEvent for each event)
-//     and validates the whole of it against Limits before touching anything. A bad
-//     request is then decoded, only to name the field ("events[3].task_id: empty",
-//     validateSubmit's words; FuzzReadSubmit checks that the reader and the decoder
-//     agree), and nothing of it is applied;
+//  2. reads the request from its bytes and validates the whole of it against Limits
+//     before touching anything (package event's ReadSubmit, which reads each byte
+//     once and decodes nothing). A bad request gets an error naming the field
+//     ("events[3].task_id: empty"), from what the reader read, and nothing of it is
+//     applied;
 //  3. refuses a version more than a minute ahead of the node's clock, so that no single
 //     write can win a key's last-writer-wins order for good (2^64-1 would);
 //  4. gives every event with version 0 a version from the node's hybrid logical clock
@@ -48,9 +48,9 @@
 // involved, so a slow or absent app never pushes back on its peers.
 //
 // The receive path is pass-through (wire.go): RegisterPeerServer's handler hands the
-// request's bytes to the node undecoded; internal/wire's readers take each event's
-// task_id, version and deleted flag, and readEvent checks the limits exactly as
-// decoding and validateEvent would (FuzzReadEvent); a stored event is one copy of its
+// request's bytes to the node undecoded; package event's ReadEvent takes each event's
+// task_id, version and deleted flag and checks the limits by the same rules as
+// Submit's reader (FuzzReadEvent holds it to protobuf's decoding); a stored event is one copy of its
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
 // unchanged (internal/wire's writers). The frame codec (pkg/peers) passes such frames
 // through and leaves every other message to gRPC's protobuf codec; it is an option of

@@ -146,7 +146,7 @@ func New(cfg Config) (*Node, error) {
 		n.cancel()
 		return nil, err
 	}
-	if e := cfg.Limits.EntryBytes(); e > defaultClientRecvBytes {
+	if e := entryBytes(cfg.Limits); e > defaultClientRecvBytes {
 		n.log.Warn("an entry at --max-event-bytes is bigger than gRPC clients receive by default: a Subscribe message "+
 			"or a Get page can be this big, so apps must raise their client's receive limit (e.g. grpc.MaxCallRecvMsgSize)",
 			"max_event_bytes", cfg.Limits.MaxEventBytes, "message_bytes", e, "client_default_bytes", defaultClientRecvBytes)
@@ -318,7 +318,7 @@ func (n *Node) validateReplicate(req *wire.Replicate) error {
 // event of this node's own origin is never stored (origin.go).
 // src counts the request's writes for its sender.
 func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound, limit uint64, src *sourceCount) fanoutv1.ItemStatus {
-	h, ok := n.cfg.Limits.readEvent(raw)
+	h, ok := n.cfg.Limits.ReadEvent(raw)
 	if !ok {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}

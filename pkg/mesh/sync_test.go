@@ -81,9 +81,12 @@ func TestAntiEntropyOnFakeConnections(t *testing.T) {
 	}
 	clock.fire(t, "the anti-entropy interval", atLeast(interval*3/4))
 	waitKey(t, a, "late")
-	// The round is recorded once it returns (a round with b in flight would make the
-	// next tick skip b).
-	waitFor(t, "a's second round with b to end", func() bool { return syncOf(a, "b").GetRounds() == 2 })
+	// A round with b still in flight would make the next tick skip b: wait until it
+	// is recorded and over.
+	ab := linkTo(t, a.mesh, "b")
+	waitFor(t, "a's second round with b to end", func() bool {
+		return syncOf(a, "b").GetRounds() == 2 && !ab.sync.running.Load()
+	})
 
 	// Push: a's Replicate to b is down; a round pushes what b lacks.
 	fake.Handle("b", nil)

@@ -19,8 +19,9 @@ type SyncServer interface {
 }
 
 // HandleSync makes addr answer anti-entropy calls with s (replacing any earlier one).
-// A nil s takes it away: the address then refuses them as a permanent error (it
-// serves no anti-entropy), so a round with it fails at once.
+// An address without one (or after HandleSync(addr, nil)) refuses them as a permanent
+// error, reachable or not: it serves no anti-entropy, so a round with it fails at once
+// and a test that wants only Replicate on the network gets no rounds in its way.
 func (n *FakeNetwork) HandleSync(addr string, s SyncServer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -34,13 +35,9 @@ func (n *FakeNetwork) HandleSync(addr string, s SyncServer) {
 // syncer is the SyncServer of c's address, or the error a call to it gets.
 func (c *FakeConn) syncer(ctx context.Context) (SyncServer, error) {
 	c.net.mu.Lock()
-	_, reachable := c.net.handlers[c.addr]
 	s := c.net.syncers[c.addr]
 	c.net.mu.Unlock()
-	switch {
-	case !reachable && s == nil:
-		return nil, fmt.Errorf("%w: fake %s: connection refused", ErrNetwork, c.addr)
-	case s == nil:
+	if s == nil {
 		return nil, fmt.Errorf("%w: fake %s serves no anti-entropy", ErrPermanent, c.addr)
 	}
 	if err := ctx.Err(); err != nil {
