@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/fakeclock"
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
@@ -157,14 +158,17 @@ func TestSnapshotWaitsForBootstrap(t *testing.T) {
 	}
 }
 
-// TestReadyCheck: while Config.ReadyCheck fails the node is not ready, with its error
-// as the reason, in Readiness and GetStatus, and its bootstrap waits (even with no
-// peers to sync with); once the check passes, the bootstrap runs and decides.
+// TestReadyCheck: while the mesh's ReadyCheck fails the node is not ready, with its
+// error as the reason, in Readiness and GetStatus, and its bootstrap waits (even with
+// no peers to sync with), asking again every second; once the check passes, the
+// bootstrap runs and decides. The seconds are the test's to fire (mesh.Config.After).
 func TestReadyCheck(t *testing.T) {
 	var failing atomic.Bool
 	var calls atomic.Int32
 	failing.Store(true)
+	clock := fakeclock.New()
 	cfg := testConfig("a")
+	cfg.Mesh.After = clock.After
 	cfg.Mesh.ReadyCheck = func() error {
 		calls.Add(1)
 		if failing.Load() {
@@ -180,23 +184,26 @@ func TestReadyCheck(t *testing.T) {
 	if st.GetReady() || st.GetReadyReason() != "not ready: certificate x expired" {
 		t.Errorf("GetStatus with the check failing: ready %t, reason %q", st.GetReady(), st.GetReadyReason())
 	}
-	// GetStatus asked once; the bootstrap has asked at least twice, so it has waited
-	// a retry.
-	waitFor(t, "the bootstrap to ask the check again", func() bool { return calls.Load() >= 3 })
+	// The bootstrap asked, failed and waits a second; each time that second passes it
+	// asks again, fails and waits another.
+	retry := fakeclock.Exactly(time.Second)
+	clock.Fire(t, "the bootstrap's first retry", retry)
+	clock.Started(t, "the bootstrap's second retry", retry)
+	if n := calls.Load(); n < 3 { // GetStatus once, the bootstrap at least twice
+		t.Fatalf("the check was asked %d times, want 3 or more", n)
+	}
 	select {
 	case <-tn.node.Ready():
 		t.Fatal("the bootstrap ended while the check failed")
 	default:
 	}
 	failing.Store(false)
-	waitFor(t, "the bootstrap to end once the check passes", func() bool {
-		select {
-		case <-tn.node.Ready():
-			return true
-		default:
-			return false
-		}
-	})
+	clock.Fire(t, "the retry after which the check passes", retry)
+	select {
+	case <-tn.node.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the bootstrap did not end within 5s of the check passing")
+	}
 	if ok, reason := tn.node.Readiness(); !ok || reason != "ready: no peers to sync with" {
 		t.Errorf("with the check passing: ready %t, %q", ok, reason)
 	}

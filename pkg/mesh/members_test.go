@@ -8,6 +8,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/fakeclock"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,8 +24,8 @@ import (
 func TestPeerSetChanges(t *testing.T) {
 	fake := peers.NewFakeNetwork()
 	const grace = 300 * time.Millisecond
-	clock := newFakeAfter() // the removal graces end when the test says
-	isGrace := func(d time.Duration) bool { return d == grace }
+	clock := fakeclock.New() // the removal graces end when the test says
+	isGrace := fakeclock.Exactly(grace)
 	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *nodeConfig) { c.PeerRemovalGrace, c.After = grace, clock.After })
 	b := fakeMember(t, fake, "b", "b", nil, nil)
 	c := fakeMember(t, fake, "c", "c", nil, nil)
@@ -86,7 +87,7 @@ func TestPeerSetChanges(t *testing.T) {
 		t.Fatalf("c during its grace: %v, want shown with removing", p)
 	}
 	submit("after-removal", fanoutv1.AckPolicy_ACK_POLICY_QUEUED)
-	clock.fire(t, "c's removal grace", isGrace)
+	clock.Fire(t, "c's removal grace", isGrace)
 	r := <-waitedCh
 	if r.err != nil {
 		t.Fatalf("Submit stuck: %v", r.err)
@@ -133,7 +134,7 @@ func TestPeerSetChanges(t *testing.T) {
 	}
 	fake.Handle("c", c.peer.Replicate)
 	waitKey(t, c, "flap")                                  // the event queued before c flapped
-	clock.fire(t, "the grace c came back within", isGrace) // a grace that was not cancelled would close the link now
+	clock.Fire(t, "the grace c came back within", isGrace) // a grace that was not cancelled would close the link now
 	if p := peerByAddr(a.node.Status(), "c"); p == nil || p.GetRemoving() {
 		t.Fatalf("c after coming back: %v, want in the set", p)
 	}

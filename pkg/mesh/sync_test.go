@@ -8,6 +8,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/fakeclock"
 	"github.com/fanout/fanout/pkg/peers"
 )
 
@@ -54,7 +55,7 @@ func TestAntiEntropyOnFakeConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clock := newFakeAfter()
+	clock := fakeclock.New()
 	const interval = time.Hour
 	a := syncMember(t, fake, "a", []string{"b"}, func(c *nodeConfig) {
 		c.AntiEntropyInterval = interval
@@ -79,7 +80,7 @@ func TestAntiEntropyOnFakeConnections(t *testing.T) {
 	if _, err := b.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("late", "x")}}); err != nil {
 		t.Fatal(err)
 	}
-	clock.fire(t, "the anti-entropy interval", atLeast(interval*3/4))
+	clock.Fire(t, "the anti-entropy interval", fakeclock.AtLeast(interval*3/4))
 	waitKey(t, a, "late")
 	// A round with b still in flight would make the next tick skip b: wait until it
 	// is recorded and over.
@@ -93,7 +94,7 @@ func TestAntiEntropyOnFakeConnections(t *testing.T) {
 	if _, err := a.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("mine", "x")}}); err != nil {
 		t.Fatal(err)
 	}
-	clock.fire(t, "the anti-entropy interval", atLeast(interval*3/4))
+	clock.Fire(t, "the anti-entropy interval", fakeclock.AtLeast(interval*3/4))
 	waitKey(t, b, "mine")
 	waitFor(t, "a's third round with b to end", func() bool { return syncOf(a, "b").GetRounds() == 3 })
 
