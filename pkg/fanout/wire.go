@@ -14,18 +14,10 @@ import (
 // of internal/wire, copies the event's bytes once, and writes them into Subscribe
 // messages unchanged (wire.AppendEntry). This file is the node's side of that: the
 // limits an event read from its bytes is held to, and table entries as wire entries.
-// frame.Frame carries such bytes through gRPC.
+// At the gRPC edge, internal/frame carries such bytes as frames.
 
-// framePool recycles frames: the requests of Replicate and Submit calls and of
-// replicate streams, and the batches a link builds.
+// framePool recycles the frames a link builds its batches in.
 var framePool = sync.Pool{New: func() any { return new(frame.Frame) }}
-
-// putFrame gives f back to framePool, unless it holds a huge request's buffer.
-func putFrame(f *frame.Frame) {
-	if cap(f.B) <= 4<<20 {
-		framePool.Put(f)
-	}
-}
 
 // outEvent is one of this node's own events on its way to the peers: encoded once,
 // when Submit stored it in the state table, and sent to every peer as those bytes
