@@ -137,7 +137,7 @@ func TestPendingBoundedInBytes(t *testing.T) {
 // stamps, and an entry bigger than that goes alone.
 func TestMessagesFitDefaultClient(t *testing.T) {
 	cfg := testConfig("s")
-	if e := cfg.Limits.EntryBytes(); e > defaultClientRecvBytes {
+	if e := entryBytes(cfg.Limits); e > defaultClientRecvBytes {
 		t.Fatalf("EntryBytes %d with the default limits, more than a default client takes", e)
 	}
 	tn := startTestNode(t, cfg)

@@ -12,6 +12,7 @@ import (
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/configerr"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
@@ -84,9 +85,9 @@ type Config struct {
 	SyncMessageBytes int
 	// Store, if set, is the durable copy of the state table (--data-dir, pkg/store):
 	// New loads it and raises the clock past its high-water mark, every change is
-	// committed to it, and Submit answers once its events are on disk. The caller
-	// opens and closes it (after Close). nil: memory only.
-	Store Store
+	// committed to it (package persist), and Submit answers once its events are on
+	// disk. The caller opens and closes it (after Close). nil: memory only.
+	Store persist.Store
 
 	// AuthenticatePeers: the peer listener authenticates its callers (mutual TLS),
 	// and a Replicate or Push whose origin_node is not among its Caller's IDs is
@@ -216,7 +217,7 @@ func (c *Config) PeerMessageBytes() int {
 // SubmitResponse of MaxEvents results is far smaller. Subscribe and Get keep to their
 // own bounds; this is the backstop.
 func (c *Config) AppSendBytes() int {
-	return maxBatchBytes + c.Limits.EntryBytes() + messageOverhead
+	return maxBatchBytes + entryBytes(c.Limits) + messageOverhead
 }
 
 func (c *Config) fillDefaults() {

@@ -11,11 +11,11 @@
 // QUEUED ones share commits: submitstream.go). The node (submit.go)
 //
 //  1. refuses everything while draining (ErrDraining; the edge says UNAVAILABLE);
-//  2. reads the request with internal/wire (ParseSubmit, and readEvent for each event)
-//     and validates the whole of it against Limits before touching anything. A bad
-//     request is then decoded, only to name the field ("events[3].task_id: empty",
-//     validateSubmit's words; FuzzReadSubmit checks that the reader and the decoder
-//     agree), and nothing of it is applied;
+//  2. reads the request from its bytes and validates the whole of it against Limits
+//     before touching anything (package event's ReadSubmit, which reads each byte
+//     once and decodes nothing). A bad request gets an error naming the field
+//     ("events[3].task_id: empty"), from what the reader read, and nothing of it is
+//     applied;
 //  3. refuses a version more than a minute ahead of the node's clock, so that no single
 //     write can win a key's last-writer-wins order for good (2^64-1 would);
 //  4. gives every event with version 0 a version from the node's hybrid logical clock
@@ -53,10 +53,10 @@
 // is kept for this node's app): the sender pauses and retries. No reader is
 // involved, so a slow or absent app never pushes back on its peers.
 //
-// The receive path is pass-through (wire.go): the edge hands the request's bytes to
-// the node undecoded; internal/wire's readers take each event's
-// task_id, version and deleted flag, and readEvent checks the limits exactly as
-// decoding and validateEvent would (FuzzReadEvent); a stored event is one copy of its
+// The receive path is pass-through (wire.go): the edge hands the request's bytes to the
+// node undecoded; package event's ReadEvent takes each event's
+// task_id, version and deleted flag and checks the limits by the same rules as
+// Submit's reader (FuzzReadEvent holds it to protobuf's decoding); a stored event is one copy of its
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
 // unchanged (internal/wire's writers), through a send func that takes bytes. At the
 // edge, internal/frame's codec passes such bytes through gRPC as frames and leaves
@@ -78,16 +78,16 @@
 // cache from the snapshot (an informer) would see keys vanish or go back to older
 // versions than it saw before the node restarted.
 //
-// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: before its
-// events are offered, the ackLedger registers one waiter per (peer, task_id) and the
-// purgatory (package purgatory) watches the op under the same keys, with its deadline
-// (ack_timeout, capped below the call's deadline) on a timing wheel (package
-// timingwheel). Every batcher reports each task's fate through OnFinal; the ledger
-// settles the waiters that need that version or older (OK and STALE acknowledge,
-// overflow, expiry and removal drop, a permanent error fails) and asks the purgatory to
-// check the key. The op completes once the policy is met, can no longer be met, or its
-// deadline passes; a cancelled call cancels it. With no waiters the ledger costs one
-// atomic load per fate.
+// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an op of package acks:
+// before its events are offered, the ledger (acks.Ledger) registers one waiter per
+// (peer, task_id) and the purgatory (package purgatory) watches the op under the same
+// keys, with its deadline (ack_timeout, capped below the call's deadline) on a timing
+// wheel (package timingwheel). Every batcher reports each task's fate through
+// OnFinal; acks.go maps it onto an acks.Fate (OK and STALE acknowledge, overflow,
+// expiry and removal drop, a permanent error fails), the ledger settles the waiters
+// that need that version or older and the purgatory checks the key. The op completes
+// once the policy is met, can no longer be met, or its deadline passes; a cancelled
+// call cancels it. With no waiters the ledger costs one atomic load per fate.
 //
 // # Goroutines
 //

@@ -130,7 +130,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 		if f == batcher.FateStopped {
 			l.stopped.Add(1)
 		}
-		n.acks.final(addr, t, f)
+		n.ackFinal(addr, t, f)
 	}
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	// Coalescing keeps the highest version, never the latest arrival: every task of
