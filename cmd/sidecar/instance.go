@@ -17,6 +17,7 @@ import (
 	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/peertls"
@@ -153,7 +154,7 @@ func startInstance(c instanceConfig) (*instance, error) {
 		undo = append(undo, peerTLS.Close)
 		peerCreds = peerTLS.ServerCredentials()
 		reg.MustRegister(peerTLSMetrics(peerTLS)...)
-		c.node.CallerIDs = peertls.Caller
+		c.node.AuthenticatePeers = true   // the peer listener reads each caller's identities (grpcapi)
 		c.mesh.ReadyCheck = peerTLS.Valid // an expired certificate: every peer refuses this node
 	}
 	c.mesh.Dial = func(addr string) (mesh.Conn, error) {
@@ -179,9 +180,9 @@ func startInstance(c instanceConfig) (*instance, error) {
 	inst := &instance{node: node, mesh: meshOf(), store: st, peerTLS: peerTLS, token: token, log: c.log, appAddr: listenerAddr(appLis), peerAddr: listenerAddr(peerLis)}
 	inst.health = health.NewServer()
 	inst.app = newGRPCServer(c.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth, inst.health)
-	fanout.RegisterFanoutServer(inst.app, fanout.NewFanoutServer(node))
+	grpcapi.RegisterFanoutServer(inst.app, grpcapi.NewFanoutServer(node))
 	inst.peer = newGRPCServer(c.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, inst.health)
-	fanout.RegisterPeerServer(inst.peer, fanout.NewPeerServer(node, inst.mesh))
+	grpcapi.RegisterPeerServer(inst.peer, grpcapi.NewPeerServer(node, inst.mesh))
 	reflection.Register(inst.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(inst.app)
 	srvMetrics.InitializeMetrics(inst.peer)

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -28,12 +27,12 @@ type Config struct {
 	// disk. The caller opens and closes it (after Close). nil: memory only.
 	Store persist.Store
 
-	// CallerIDs returns the node identities of the peer that made the call in ctx,
-	// authenticated by the peer listener (mutual TLS), and ok false if the call was
-	// not authenticated. With it, a Replicate whose origin_node is not among its
-	// caller's identities is refused (PERMISSION_DENIED): a peer writes only as
-	// itself. nil: peers are not authenticated (plaintext), and every origin is taken.
-	CallerIDs func(ctx context.Context) (ids []string, ok bool)
+	// AuthenticatePeers: the peer listener authenticates its callers (mutual TLS),
+	// and a Replicate or Push whose origin_node is not among its Caller's IDs is
+	// refused (ErrForbidden; ErrUnauthenticated for a call without a verified
+	// certificate): a peer writes only as itself. false: peers are not authenticated
+	// (plaintext), and every origin is taken.
+	AuthenticatePeers bool
 	// State bounds the state table (state.DefaultConfig gives the reasons).
 	// FirstRevision and Collected are set by the Node.
 	State state.Config

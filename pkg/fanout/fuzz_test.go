@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout/fanout/internal/frame"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,9 +28,9 @@ func FuzzReplicateBytes(f *testing.F) {
 	}
 	defer n.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		resp, err := n.replicateFrame(context.Background(), &frame.Frame{B: data})
+		resp, err := n.ReplicateBytes(context.Background(), Caller{}, data)
 		if err != nil {
-			if s, ok := status.FromError(toStatus(err)); !ok || s.Code() != codes.InvalidArgument {
+			if inv := (*InvalidError)(nil); !errors.As(err, &inv) { // the edge's INVALID_ARGUMENT
 				t.Fatalf("error %v is not INVALID_ARGUMENT", err)
 			}
 			return

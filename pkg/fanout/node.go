@@ -10,7 +10,6 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/persist"
@@ -20,7 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Errors of the Node's domain API; the gRPC adapters map them to status codes.
+// Errors of the Node's domain API; the gRPC edge (pkg/grpcapi) maps them to status
+// codes.
 var (
 	// ErrDraining: the node is shutting down and takes no new submissions.
 	ErrDraining = errors.New("fanout: draining, not accepting submissions")
@@ -234,46 +234,47 @@ func (n *Node) startPurgatory() error {
 func (n *Node) ID() string { return n.cfg.NodeID }
 
 // Replicate admits a batch from a peer: each valid event that is newer than the
-// state table's entry is stored. Events that arrive here are never sent on. The peer
-// listener calls replicateFrame with the request's bytes; this form, for callers that
-// hold a decoded request (tests, the in-memory FakeNetwork), encodes it and does the
-// same.
-func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+// state table's entry is stored. Events that arrive here are never sent on. from is
+// the peer that sent it, as its listener authenticated it (Config.AuthenticatePeers).
+// The peer listener calls ReplicateBytes with the request's bytes; this form, for
+// callers that hold a decoded request (tests, the in-memory FakeNetwork), encodes it
+// and does the same.
+func (n *Node) Replicate(ctx context.Context, from Caller, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(ctx, &frame.Frame{B: b})
+	return n.ReplicateBytes(ctx, from, b)
 }
 
-// replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
-// a whole first (origin, sizes), then answers one status per event. f may be reused
-// once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
+// ReplicateBytes admits the ReplicateRequest encoded in b, sent by from. It validates
+// the request as a whole first (origin, sizes), then answers one status per event. b
+// may be reused once it returns: the table copies what it keeps.
+func (n *Node) ReplicateBytes(ctx context.Context, from Caller, b []byte) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
 	var req wire.Replicate
-	if err := wire.ParseReplicate(f.B, &req); err != nil {
+	if err := wire.ParseReplicate(b, &req); err != nil {
 		return nil, errNotProtobuf
 	}
-	return n.replicateParsed(ctx, &req)
+	return n.replicateParsed(ctx, from, &req)
 }
 
 // errNotProtobuf answers a request that is not a valid protobuf message. The README
 // quotes it.
 var errNotProtobuf = invalid("request", "not a valid protobuf message")
 
-// replicateParsed is replicateFrame after the request is read (a ReplicateStream
+// replicateParsed is ReplicateBytes after the request is read (a ReplicateStream
 // reads its batches itself).
-func (n *Node) replicateParsed(ctx context.Context, req *wire.Replicate) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateParsed(_ context.Context, caller Caller, req *wire.Replicate) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
 	if err := n.validateReplicate(req); err != nil {
 		return nil, err
 	}
-	if err := n.authorize(ctx, req.Origin); err != nil {
+	if err := n.authorize(caller, req.Origin); err != nil {
 		return nil, err
 	}
 	if note := n.cfg.OnReplicate; note != nil {

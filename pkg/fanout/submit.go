@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/batcher"
@@ -21,7 +20,7 @@ import (
 )
 
 // Submit reads a request from its bytes, as Replicate does: the app listener hands
-// the node a SubmitRequest's bytes (RegisterFanoutServer), readSubmit reads and
+// the node a SubmitRequest's bytes (SubmitBytes, ServeSubmitStream), readSubmit reads and
 // validates them whole (event.Limits.ReadSubmit, which names the field of a refusal),
 // without decoding the events, and prepare stores each event as the bytes the app
 // sent with the version it gets appended (wire.AppendEventVersion). The answer is
@@ -89,13 +88,13 @@ func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanout
 	return resp, nil
 }
 
-// submitFrame is Submit for a request's bytes, answered with the response's bytes:
-// what the app listener's Submit does (submitHandler). f may be reused once it
-// returns.
-func (n *Node) submitFrame(ctx context.Context, f *frame.Frame) (*frame.Frame, error) {
+// SubmitBytes is Submit for a SubmitRequest's bytes, answered with the
+// SubmitResponse's bytes, in a buffer of their own: what the app listener's Submit
+// does (pkg/grpcapi). b may be reused once it returns.
+func (n *Node) SubmitBytes(ctx context.Context, b []byte) ([]byte, error) {
 	c := n.getCall()
 	defer n.putCall(c)
-	if err := n.readSubmit(f.B, c); err != nil {
+	if err := n.readSubmit(b, c); err != nil {
 		return nil, err
 	}
 	if err := n.submitChecked(ctx, c); err != nil {
@@ -104,9 +103,9 @@ func (n *Node) submitFrame(ctx context.Context, f *frame.Frame) (*frame.Frame, e
 	return c.answer(), nil
 }
 
-// answer is c's SubmitResponse as a frame of its own.
-func (c *submitCall) answer() *frame.Frame {
-	return &frame.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
+// answer is c's SubmitResponse, encoded in a buffer of its own.
+func (c *submitCall) answer() []byte {
+	return wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)
 }
 
 // readSubmit reads the SubmitRequest in b into c and validates it whole, refusing it

@@ -1,9 +1,6 @@
 package fanout
 
 import (
-	"sync"
-
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/event"
 	"github.com/fanout/fanout/pkg/state"
@@ -17,18 +14,8 @@ import (
 // of internal/wire, copies the event's bytes once, and writes them into Subscribe
 // messages unchanged (wire.AppendEntry). This file is the node's side of that: the
 // limits an event read from its bytes is held to (package event reads it), and table
-// entries as wire entries. frame.Frame carries such bytes through gRPC.
-
-// framePool recycles frames: the requests of Replicate and Submit calls and of
-// replicate streams.
-var framePool = sync.Pool{New: func() any { return new(frame.Frame) }}
-
-// putFrame gives f back to framePool, unless it holds a huge request's buffer.
-func putFrame(f *frame.Frame) {
-	if cap(f.B) <= 4<<20 {
-		framePool.Put(f)
-	}
-}
+// entries as wire entries. At the gRPC edge, internal/frame carries such bytes as
+// frames.
 
 // The node's names for the event package's limits and refusals: Config.Limits is an
 // event.Limits, and an *InvalidError is what the gRPC edge turns into

@@ -9,6 +9,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -40,7 +41,7 @@ func testConfig(id string, peerAddrs ...string) nodeConfig {
 type member struct {
 	node *fanout.Node
 	mesh *Mesh
-	peer *fanout.PeerServer
+	peer *grpcapi.PeerServer
 }
 
 // startMember builds cfg's node and mesh, wired as the sidecar wires them, and closes
@@ -66,7 +67,7 @@ func startMember(t *testing.T, cfg nodeConfig) *member {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(n.Close)
-	return &member{node: n, mesh: m, peer: fanout.NewPeerServer(n, m)}
+	return &member{node: n, mesh: m, peer: grpcapi.NewPeerServer(n, m)}
 }
 
 // fakeMember starts a node with id on fake at addr, peered with peerAddrs. The fake

@@ -1,4 +1,4 @@
-package fanout
+package grpcapi
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // with its status (naming the field) while the stream goes on, and what the batches
 // carried is stored. Bytes that are no ReplicateStreamRequest end the stream.
 func TestReplicateStreamServes(t *testing.T) {
-	tn := startTestNode(t, testConfig("r"))
+	tn := startTestNode(t, testConfig("r"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := tn.peer.ReplicateStream(ctx)
@@ -78,11 +78,11 @@ func TestReplicateStreamServes(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"a", "b", "d"} {
-		if _, ok := tn.node.table.Get([]byte(k)); !ok {
+		if !stored(t, tn.node, k) {
 			t.Errorf("%s not stored", k)
 		}
 	}
-	if _, ok := tn.node.table.Get([]byte("c")); ok {
+	if stored(t, tn.node, "c") {
 		t.Error("c, of the refused batch, was stored")
 	}
 	// Not a ReplicateStreamRequest: the stream ends, INVALID_ARGUMENT.
@@ -98,7 +98,7 @@ func TestReplicateStreamServes(t *testing.T) {
 // (seq 0, UNAVAILABLE), and the stream then ends; a draining node answers batches and
 // new streams UNAVAILABLE.
 func TestReplicateStreamClosingNode(t *testing.T) {
-	tn := startTestNode(t, testConfig("r"))
+	tn := startTestNode(t, testConfig("r"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := tn.peer.ReplicateStream(ctx)
