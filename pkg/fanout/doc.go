@@ -51,6 +51,13 @@
 // is kept for this node's app): the sender pauses and retries. No reader is
 // involved, so a slow or absent app never pushes back on its peers.
 //
+// What a transport brings otherwise (the mesh's anti-entropy rounds, a broker's feed
+// and its snapshot at start) comes through Apply (apply.go), the receive side of the
+// seam: every entry is validated first and the whole batch refused naming the first
+// bad one, then each is offered to the table by the same last-writer-wins rule; this
+// node's own writes of an earlier process are taken back (a restart without
+// --data-dir), and entries relayed from another origin are counted.
+//
 // The receive path is pass-through (wire.go): the edge hands the request's bytes to the
 // node undecoded; package event's ReadEvent takes each event's
 // task_id, version and deleted flag and checks the limits by the same rules as

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The peer set (SPEC §8, issue 11): static --peers and DNS discovery together, changed
+// The peer set (issue 11): static --peers and DNS discovery together, changed
 // while the node runs by SetPeers. A peer that appears gets a link at once (its
 // batcher and connection) and an anti-entropy round as soon as the rounds' goroutine
 // is free; a peer that disappears stops getting new events, and its pending ones are
