@@ -37,14 +37,14 @@ func TestServeFlagsFromEnvironment(t *testing.T) {
 	if err := bindEnv(fs); err != nil {
 		t.Fatal(err)
 	}
-	if o.node.Batcher.MaxBatch != 17 || o.node.Batcher.MaxBatchingDelay != 250*time.Millisecond {
-		t.Fatalf("env not applied: max-batch %d delay %s", o.node.Batcher.MaxBatch, o.node.Batcher.MaxBatchingDelay)
+	if o.cfg.Node.Batcher.MaxBatch != 17 || o.cfg.Node.Batcher.MaxBatchingDelay != 250*time.Millisecond {
+		t.Fatalf("env not applied: max-batch %d delay %s", o.cfg.Node.Batcher.MaxBatch, o.cfg.Node.Batcher.MaxBatchingDelay)
 	}
-	if o.node.Batcher.IdleFlush != 20*time.Millisecond {
-		t.Fatalf("env not applied: batch-idle-flush %s", o.node.Batcher.IdleFlush)
+	if o.cfg.Node.Batcher.IdleFlush != 20*time.Millisecond {
+		t.Fatalf("env not applied: batch-idle-flush %s", o.cfg.Node.Batcher.IdleFlush)
 	}
-	if o.node.NodeID != "from-flag" {
-		t.Fatalf("node id %q: a flag on the command line must win over FANOUT_NODE_ID", o.node.NodeID)
+	if o.cfg.Node.NodeID != "from-flag" {
+		t.Fatalf("node id %q: a flag on the command line must win over FANOUT_NODE_ID", o.cfg.Node.NodeID)
 	}
 }
 

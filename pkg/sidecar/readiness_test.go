@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func (f *fakeReadiness) set(ok bool, reason string) {
 func TestPublishReadiness(t *testing.T) {
 	f := &fakeReadiness{ready: make(chan struct{}), done: make(chan struct{}), ok: true, reason: "ready: synced"}
 	h := health.NewServer()
-	h.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+	h.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_NOT_SERVING)
 	ret := make(chan struct{})
 	go func() {
 		defer close(ret)
@@ -55,7 +55,7 @@ func TestPublishReadiness(t *testing.T) {
 	watching := make(chan struct{})
 	go func() {
 		defer close(watching)
-		_ = h.Watch(&healthpb.HealthCheckRequest{Service: readinessService}, &watchStream{ctx: ctx, out: updates})
+		_ = h.Watch(&healthpb.HealthCheckRequest{Service: ReadinessService}, &watchStream{ctx: ctx, out: updates})
 	}()
 	defer func() { cancel(); <-watching }()
 	next := func(want healthpb.HealthCheckResponse_ServingStatus, when string) {

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"log/slog"
@@ -27,7 +27,7 @@ type readinessNode interface {
 
 var _ readinessNode = (*fanout.Node)(nil)
 
-// publishReadiness keeps the named health service readinessService equal to
+// publishReadiness keeps the named health service ReadinessService equal to
 // n.Readiness() (which /readyz, GetStatus and fanout_ready read directly): it stays
 // NOT_SERVING until the bootstrap ends, then follows every change, read at once when
 // the node signals one (ReadinessChanged: a data dir whose commits fail, then work) and
@@ -47,10 +47,10 @@ func publishReadiness(n readinessNode, h *health.Server, poll time.Duration, log
 		if ready, reason := n.Readiness(); (first || ready != was) && !n.Draining() {
 			first, was = false, ready
 			if ready {
-				h.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING)
+				h.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_SERVING)
 				log.Info("ready", "reason", reason)
 			} else {
-				h.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+				h.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_NOT_SERVING)
 				log.Warn("not ready", "reason", reason)
 			}
 		}
