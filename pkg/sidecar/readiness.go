@@ -31,16 +31,16 @@ var _ readinessNode = (*fanout.Node)(nil)
 // n.Readiness() (which /readyz, GetStatus and fanout_ready read directly): it stays
 // NOT_SERVING until the bootstrap ends, then follows every change, read at once when
 // the node signals one (ReadinessChanged: a data dir whose commits fail, then work) and
-// every poll (for what changes with time alone, such as a certificate's expiry), and logs each (INFO when ready, WARN with the reason when not). It
-// returns when the node closes. After h.Shutdown (draining) its updates are no-ops.
-func publishReadiness(n readinessNode, h *health.Server, poll time.Duration, log *slog.Logger) {
+// at every tick of poll (for what changes with time alone, such as a certificate's
+// expiry; the caller owns the ticker, every readinessPoll), and logs each (INFO when
+// ready, WARN with the reason when not). It returns when the node closes. After
+// h.Shutdown (draining) its updates are no-ops.
+func publishReadiness(n readinessNode, h *health.Server, poll <-chan time.Time, log *slog.Logger) {
 	select {
 	case <-n.Ready():
 	case <-n.Done():
 		return
 	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
 	first, was := true, false
 	for {
 		changed := n.ReadinessChanged() // before Readiness: a change after it closes this
@@ -55,7 +55,7 @@ func publishReadiness(n readinessNode, h *health.Server, poll time.Duration, log
 			}
 		}
 		select {
-		case <-t.C:
+		case <-poll:
 		case <-changed:
 		case <-n.Done():
 			return

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/configerr"
@@ -261,7 +262,9 @@ func (s *Sidecar) serveGRPC(srvMetrics *grpcmetrics.Metrics) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		publishReadiness(s.node, s.health, readinessPoll, s.log)
+		poll := time.NewTicker(readinessPoll)
+		defer poll.Stop()
+		publishReadiness(s.node, s.health, poll.C, s.log)
 	}()
 }
 
