@@ -238,6 +238,34 @@ func TestDataDir(t *testing.T) {
 	}
 }
 
+func TestNodeIDFor(t *testing.T) {
+	for _, tc := range []struct {
+		name, saved, configured string
+		given                   bool
+		want, errHas            string
+	}{
+		{"a new dir takes the configured id", "", "host-1", false, "host-1", ""},
+		{"a new dir takes the given id", "", "a", true, "a", ""},
+		{"the same id", "a", "a", true, "a", ""},
+		{"the saved id wins over a default", "a", "host-2", false, "a", ""},
+		{"another given id is refused", "a", "b", true, "", `/d belongs to node "a", not sidecar.Config.Node.NodeID "b"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := nodeIDFor("/d", tc.saved, tc.configured, tc.given)
+			if tc.errHas != "" {
+				var ce *configerr.Error
+				if !errors.As(err, &ce) || ce.Field != "sidecar.Config.DataDir" || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("nodeIDFor = %q, %v; want a sidecar.Config.DataDir error containing %q", got, err, tc.errHas)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("nodeIDFor = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
 // TestStreamsPerConnection: one client connection holds at most maxStreamsPerConn
 // calls at once; the next waits (its deadline ends it) until one of them ends, and the
 // connection and its open calls are unharmed.

@@ -201,9 +201,11 @@ func (s *Sidecar) release() {
 	if s.store != nil {
 		s.store.Close()
 	}
-	for _, l := range []net.Listener{s.peerLis, s.appLis, s.cfg.PeerListener, s.cfg.AppListener} {
-		if l != nil {
-			l.Close()
+	for _, l := range [][2]net.Listener{{s.peerLis, s.cfg.PeerListener}, {s.appLis, s.cfg.AppListener}} {
+		if opened, given := l[0], l[1]; opened != nil {
+			opened.Close()
+		} else if given != nil {
+			given.Close()
 		}
 	}
 }
@@ -285,29 +287,43 @@ func (s *Sidecar) logStarted() {
 	}
 }
 
-// openStore opens the data dir and applies the node-id policy: a new data dir saves
-// cfg.NodeID; an old one gives its id unless the operator chose another (given),
-// which is an error (the saved records' origin is the saved id).
+// openStore opens the data dir and applies the node-id policy (nodeIDFor) to
+// cfg.NodeID, saving the id in a new dir.
 func openStore(dir string, minFree int64, cfg *fanout.Config, given bool, log *slog.Logger) (*store.Store, error) {
 	st, err := store.Open(dir, store.Config{Logger: log.With("component", "store"), MinFreeBytes: minFree})
 	if err != nil {
 		return nil, configerr.Wrap("sidecar.Config.DataDir", err, "")
 	}
-	switch saved := st.NodeID(); {
+	saved := st.NodeID()
+	id, err := nodeIDFor(dir, saved, cfg.NodeID, given)
+	switch {
+	case err != nil:
 	case saved == "":
-		err = st.SetNodeID(cfg.NodeID)
-	case saved == cfg.NodeID:
-	case given:
-		err = configerr.New("sidecar.Config.DataDir",
-			"%s belongs to node %q, not sidecar.Config.Node.NodeID %q: give each node its own data dir, or start this one with sidecar.Config.Node.NodeID %q",
-			dir, saved, cfg.NodeID, saved)
-	default:
-		log.Info("node id from the data dir", "node_id", saved, "hostname", cfg.NodeID, "data_dir", dir)
-		cfg.NodeID = saved
+		err = st.SetNodeID(id)
+	case id != cfg.NodeID:
+		log.Info("node id from the data dir", "node_id", id, "hostname", cfg.NodeID, "data_dir", dir)
 	}
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
+	cfg.NodeID = id
 	return st, nil
+}
+
+// nodeIDFor is the node-id policy of a data dir: a new dir (saved "") takes the
+// configured id; an old one gives the id it saved, unless the operator chose another
+// (given), which is an error: the saved records' origin is the saved id, and another
+// node's dir must not be taken over by mistake. Without given, the configured id is
+// only a default (the hostname), which a pod rescheduled under a new name changes.
+func nodeIDFor(dir, saved, configured string, given bool) (string, error) {
+	switch {
+	case saved == "", saved == configured:
+		return configured, nil
+	case given:
+		return "", configerr.New("sidecar.Config.DataDir",
+			"%s belongs to node %q, not sidecar.Config.Node.NodeID %q: give each node its own data dir, or start this one with sidecar.Config.Node.NodeID %q",
+			dir, saved, configured, saved)
+	}
+	return saved, nil
 }
