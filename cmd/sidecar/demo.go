@@ -156,9 +156,9 @@ func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
 	return nodes, nil
 }
 
-// demoConfig is one demo node's: its listeners are given, it has no admin listener,
-// leaves the process's memory limit alone, and keeps the node's own pending budget
-// (fanout.DefaultConfig).
+// demoConfig is one demo node's Config, its listeners left for the caller to give: no
+// admin listener, the process's memory limit left alone (MemoryLimit's zero value),
+// and the node's own pending budget (fanout.DefaultConfig's).
 func demoConfig(id string, log *slog.Logger) sidecar.Config {
 	cfg := sidecar.DefaultConfig()
 	cfg.Node = fanout.DefaultConfig()
