@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/bench/loadkit"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/freeport"
-	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -195,7 +195,7 @@ func dialApp(addr string) (*grpc.ClientConn, error) {
 	if !strings.HasPrefix(addr, "unix://") {
 		target = "passthrough:///" + addr
 	}
-	cc, err := grpc.NewClient(target, append(peers.DialOptions(),
+	cc, err := grpc.NewClient(target, append(frame.DialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},

@@ -109,7 +109,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// maxBatch is SPEC §10's limit of events per request.
+// maxBatch is the node's limit of events per request (10,000).
 const maxBatch = 10000
 
 // reservedServeFlags are set by the bench on every spawned node.

@@ -12,8 +12,8 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
 )
 
 // clock measures offsets from the run's epoch with the monotonic reading of now. Every
@@ -82,9 +82,9 @@ type publisher struct {
 	inflight map[uint64]sentRequest // guarded by mu; len <= cfg.Pipeline
 
 	// The send loop's scratch: the request being written, the shared payload and a
-	// task_id. The connection's codec (peers.DialOptions) sends a copy of the frame
+	// task_id. The connection's codec (frame.DialOptions) sends a copy of the frame
 	// before SendMsg returns, so each is reused.
-	req           peers.Frame
+	req           frame.Frame
 	payload, name []byte
 }
 
@@ -201,7 +201,7 @@ func (p *publisher) request(id uint64, seq int64, stamp loadkit.Stamp) {
 // that send stops too. It reads each from its bytes (wire.ParseSubmitResponse) into
 // one reused Answer.
 func (p *publisher) receive(stream fanoutv1.FanoutService_SubmitStreamClient, cancel context.CancelFunc) error {
-	var f peers.Frame
+	var f frame.Frame
 	var a wire.Answer
 	for {
 		err := stream.RecvMsg(&f)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
@@ -53,7 +54,7 @@ func startInProcess(t *testing.T, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := grpc.NewServer(peers.FrameServerOption()) // Subscribe sends frames
+		srv := grpc.NewServer(frame.ServerOption()) // Subscribe sends frames
 		fanout.RegisterFanoutServer(srv, fanout.NewFanoutServer(node))
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(lis) }()

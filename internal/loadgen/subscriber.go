@@ -8,8 +8,8 @@ import (
 
 	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 )
 
@@ -61,7 +61,7 @@ func (s *subscriber) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscriber on %s: %w", s.addr, err)
 	}
-	var frame peers.Frame
+	var frame frame.Frame
 	for {
 		if err := stream.RecvMsg(&frame); err != nil {
 			if ctx.Err() != nil {

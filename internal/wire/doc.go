@@ -12,7 +12,7 @@
 //
 // The life of a replicated event's bytes:
 //
-//   - A peer's ReplicateRequest arrives undecoded (a peers.Frame). ParseReplicate
+//   - A peer's ReplicateRequest arrives undecoded (a frame.Frame). ParseReplicate
 //     splits it into the origin, each event's bytes, and the submission times.
 //   - ReadEvent reads one event: task_id (and where it is in the bytes, for the table's
 //     key), version, deleted, and the sizes pkg/fanout checks its limits with.
@@ -41,7 +41,7 @@
 // package fails the tests.
 //
 // What is not here: the frame codec, which passes a message's bytes through gRPC, is
-// pkg/peers' (Frame, FrameServerOption, FrameDialOption), an option of the sidecar's
+// internal/frame's (Frame, ServerOption, DialOption), an option of the sidecar's
 // own servers and connections. Limits are pkg/fanout's: this package reads, the node
 // decides.
 package wire

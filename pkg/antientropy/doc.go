@@ -1,4 +1,4 @@
-// Package antientropy repairs what the replication fast path can miss (SPEC §14): a
+// Package antientropy repairs what the replication fast path can miss: a
 // batch dropped on overflow or expiry, a peer killed with events in its inbox, a peer
 // away longer than its breaker held events for, a node that is new or restarted, a
 // key a state table refused at its bound.

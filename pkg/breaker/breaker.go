@@ -73,7 +73,7 @@ type Config struct {
 	OnStateChange func(name string, from, to State)
 }
 
-// DefaultConfig returns SPEC §5's defaults: trip after 5 consecutive failures, stay
+// DefaultConfig returns the defaults: trip after 5 consecutive failures, stay
 // open 5s, then let 1 probe through.
 func DefaultConfig() Config {
 	return Config{Failures: 5, OpenFor: 5 * time.Second, Probes: 1}

@@ -1,4 +1,4 @@
-// Package breaker is the circuit breaker in front of each peer (SPEC §5), a small seam
+// Package breaker is the circuit breaker in front of each peer, a small seam
 // over github.com/sony/gobreaker/v2.
 //
 // # Life of a breaker

@@ -1,5 +1,5 @@
 /*
-Package discovery finds the peers of a node in DNS (SPEC §8, --peers-dns): it parses
+Package discovery finds the peers of a node in DNS (--peers-dns): it parses
 the target, looks it up, and tells the node's own address apart. It keeps no state and
 starts no goroutine of its own; the node re-runs Lookup on refresh's supervised
 schedule (seed 001) and diffs the answers against its peers.

@@ -8,7 +8,7 @@ import (
 
 // IsSelf reports whether addr, an ip:port as Lookup returns it, is this node's own
 // listener at listenAddr (its peer listener, host:port). DNS discovery lists the
-// node's own pod among the peers, and a node must not replicate to itself (SPEC §8).
+// node's own pod among the peers, and a node must not replicate to itself.
 //
 // The ports must be equal. Then, if listenAddr's host is an IP address, addr's IP
 // must be that one: a node bound to one address is not reachable at another of its

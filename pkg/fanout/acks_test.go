@@ -249,7 +249,7 @@ func TestAckCancelledCallRemovesOperation(t *testing.T) {
 		t.Fatalf("cancelled Submit: %v, want CANCELED", err)
 	}
 	waitFor(t, "the operation, its timer and its waiters to be gone", func() bool {
-		return tn.node.purg.Watched() == 0 && tn.node.purg.Delayed() == 0 && tn.node.acks.waiting.Load() == 0
+		return tn.node.purg.Watched() == 0 && tn.node.purg.Delayed() == 0 && tn.node.ledger.Waiting() == 0
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
@@ -37,7 +38,7 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := grpc.NewServer(peers.ServerOptions()...)
+	srv := grpc.NewServer(frame.ServerOptions()...)
 	RegisterPeerServer(srv, NewPeerServer(nb))
 	go srv.Serve(lis)
 
@@ -57,7 +58,7 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 	done := make(chan struct{})
 	go func() { // one entry per frame (max_batch 0)
 		defer close(done)
-		_ = nb.Subscribe(ctx, &fanoutv1.SubscribeRequest{}, func(*peers.Frame) error {
+		_ = nb.Subscribe(ctx, &fanoutv1.SubscribeRequest{}, func(*frame.Frame) error {
 			select {
 			case got <- struct{}{}:
 				return nil
@@ -125,7 +126,7 @@ func BenchmarkPipeline(b *testing.B) {
 				b.ResetTimer()
 				start := time.Now()
 				go func() {
-					f := new(peers.Frame)
+					f := new(frame.Frame)
 					for i := 0; i < b.N; i += perReq {
 						k := min(perReq, b.N-i)
 						for range k {
@@ -162,7 +163,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			payload := make([]byte, 100)
 			b.ReportAllocs()
 			b.ResetTimer()
-			f := new(peers.Frame)
+			f := new(frame.Frame)
 			for i := range b.N {
 				f.B = appendSubmitRequest(f.B[:0], i, 1, payload)
 				if _, err := na.submitFrame(context.Background(), f); err != nil {

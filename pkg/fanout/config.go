@@ -8,10 +8,11 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/configerr"
-	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
@@ -20,7 +21,7 @@ import (
 // it; *peers.Conn is a SyncPeer as well (sync.go). Its errors wrap peers.ErrCongestion, peers.ErrNetwork or peers.ErrPermanent.
 type Replicator interface {
 	// ReplicateFrame sends a ReplicateRequest of events events, already encoded.
-	ReplicateFrame(ctx context.Context, f *peers.Frame, events int) (*fanoutv1.ReplicateResponse, error)
+	ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error)
 	Close() error
 }
 
@@ -84,9 +85,9 @@ type Config struct {
 	SyncMessageBytes int
 	// Store, if set, is the durable copy of the state table (--data-dir, pkg/store):
 	// New loads it and raises the clock past its high-water mark, every change is
-	// committed to it, and Submit answers once its events are on disk. The caller
-	// opens and closes it (after Close). nil: memory only.
-	Store Store
+	// committed to it (package persist), and Submit answers once its events are on
+	// disk. The caller opens and closes it (after Close). nil: memory only.
+	Store persist.Store
 
 	// CallerIDs returns the node identities of the peer that made the call in ctx,
 	// authenticated by the peer listener (mutual TLS), and ok false if the call was

@@ -56,7 +56,7 @@
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
 // unchanged (internal/wire's writers). The frame codec (pkg/peers) passes such frames
 // through and leaves every other message to gRPC's protobuf codec; it is an option of
-// the server (peers.FrameServerOption, in peers.ServerOptions), not a process-wide
+// the server (frame.ServerOption, in frame.ServerOptions), not a process-wide
 // registration.
 //
 // Read. Get and Subscribe read the state table (get.go, subscribe.go). Get returns the
@@ -75,16 +75,16 @@
 // cache from the snapshot (an informer) would see keys vanish or go back to older
 // versions than it saw before the node restarted.
 //
-// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an ackOp: before its
-// events are offered, the ackLedger registers one waiter per (peer, task_id) and the
-// purgatory (package purgatory) watches the op under the same keys, with its deadline
-// (ack_timeout, capped below the call's deadline) on a timing wheel (package
-// timingwheel). Every batcher reports each task's fate through OnFinal; the ledger
-// settles the waiters that need that version or older (OK and STALE acknowledge,
-// overflow, expiry and removal drop, a permanent error fails) and asks the purgatory to
-// check the key. The op completes once the policy is met, can no longer be met, or its
-// deadline passes; a cancelled call cancels it. With no waiters the ledger costs one
-// atomic load per fate.
+// Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an op of package acks:
+// before its events are offered, the ledger (acks.Ledger) registers one waiter per
+// (peer, task_id) and the purgatory (package purgatory) watches the op under the same
+// keys, with its deadline (ack_timeout, capped below the call's deadline) on a timing
+// wheel (package timingwheel). Every batcher reports each task's fate through
+// OnFinal; acks.go maps it onto an acks.Fate (OK and STALE acknowledge, overflow,
+// expiry and removal drop, a permanent error fails), the ledger settles the waiters
+// that need that version or older and the purgatory checks the key. The op completes
+// once the policy is met, can no longer be met, or its deadline passes; a cancelled
+// call cancels it. With no waiters the ledger costs one atomic load per fate.
 //
 // # Goroutines
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -43,14 +44,14 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 		t.Fatalf("New: %v", err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(peers.FrameServerOption())
+	srv := grpc.NewServer(frame.ServerOption())
 	RegisterFanoutServer(srv, NewFanoutServer(n))
 	RegisterPeerServer(srv, NewPeerServer(n))
 	go srv.Serve(lis)
 	cc, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		peers.FrameDialOption()) // tests send raw Replicate frames
+		frame.DialOption()) // tests send raw Replicate frames
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

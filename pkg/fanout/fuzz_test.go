@@ -8,12 +8,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fanout/fanout/internal/frame"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -98,7 +98,7 @@ func FuzzReplicateBytes(f *testing.F) {
 	}
 	defer n.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		resp, err := n.replicateFrame(context.Background(), &peers.Frame{B: data})
+		resp, err := n.replicateFrame(context.Background(), &frame.Frame{B: data})
 		if err != nil {
 			if s, ok := status.FromError(toStatus(err)); !ok || s.Code() != codes.InvalidArgument {
 				t.Fatalf("error %v is not INVALID_ARGUMENT", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
@@ -129,7 +130,7 @@ func (n *Node) newLink(addr string) (*link, error) {
 		if f == batcher.FateStopped {
 			l.stopped.Add(1)
 		}
-		n.acks.final(addr, t, f)
+		n.ackFinal(addr, t, f)
 	}
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
 	// Coalescing keeps the highest version, never the latest arrival: every task of
@@ -173,7 +174,7 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[outEvent]) batc
 	// frame's buffer is pooled; the codec sends a copy of it.
 	event := func(i int) []byte { return batch[i].Value.raw }
 	submitted := func(i int) int64 { return batch[i].Submitted.UnixNano() }
-	f := framePool.Get().(*peers.Frame)
+	f := framePool.Get().(*frame.Frame)
 	defer framePool.Put(f)
 	f.B = wire.AppendReplicate(f.B[:0], l.node.cfg.NodeID, len(batch), event, submitted)
 	ctx, cancel := context.WithTimeout(ctx, l.node.cfg.ReplicateTimeout)

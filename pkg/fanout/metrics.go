@@ -236,7 +236,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.stateOps, k.v, k.k)
 	}
 	if p := n.persist; p != nil {
-		ps := p.stats()
+		ps := p.Stats()
 		for _, k := range []kv{{"commits", ps.Commits}, {"records", ps.Records}, {"deletes", ps.Deletes}, {"failures", ps.Failures}} {
 			counter(d.disk, k.v, k.k)
 		}

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
-	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/purgatory"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/timingwheel"
@@ -30,6 +32,9 @@ var (
 	// ErrShuttingDown: the node is shutting down and takes no peer traffic; the
 	// sender keeps its events and sends them after the restart (SPEC §14).
 	ErrShuttingDown = errors.New("fanout: shutting down, not taking peer traffic; keep the events and retry")
+	// ErrNotDurable wraps a failed commit to the data dir: the events are applied in
+	// memory and queued for the peers, but not on this node's disk.
+	ErrNotDurable = errors.New("fanout: not on disk")
 )
 
 // Node is one sidecar's domain core: it assigns versions, keeps the state table (the
@@ -61,11 +66,12 @@ type Node struct {
 	sources sourceWrites
 
 	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
-	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates.
+	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates
+	// (package acks; acks.go maps the node's words onto it).
 	wheel    *timingwheel.Wheel
 	wheelDrv *timingwheel.Driver
 	purg     *purgatory.Purgatory[ackKey]
-	acks     *ackLedger
+	ledger   *acks.Ledger[string, uint64]
 
 	// links is the current peer set, copy-on-write: Submit loads it without a lock.
 	// Written by New, then only under members.mu (SetPeers, self-removal; members.go).
@@ -82,10 +88,9 @@ type Node struct {
 	syncer    *antientropy.Syncer
 	readiness readiness
 
-	// persist writes every change of the table to cfg.Store (--data-dir); nil
-	// without one. It stops after every other writer, in Close.
-	persist   *persister
-	persistWG sync.WaitGroup
+	// persist writes every change of the table to cfg.Store (--data-dir, package
+	// persist); nil without one. It stops after every other writer, in Close.
+	persist *persist.Persister
 
 	// calls recycles the scratch of Submit calls (submit.go); out holds the bytes of
 	// this node's own events on their way to the peers.
@@ -111,10 +116,15 @@ func New(cfg Config) (*Node, error) {
 	// before a restart is below the new table's first and is refused on resume.
 	start := cfg.Now()
 	cfg.State.FirstRevision = wallVersion(start)
-	var persist *persister
+	var pst *persist.Persister
 	if cfg.Store != nil {
-		persist = newPersister(cfg.Store, nil, cfg.Logger)
-		cfg.State.Collected = persist.forgotten
+		pcfg := persist.DefaultConfig()
+		pcfg.Store, pcfg.Logger = cfg.Store, cfg.Logger
+		var err error
+		if pst, err = persist.New(pcfg); err != nil {
+			return nil, err
+		}
+		cfg.State.Collected = pst.Forgotten
 	}
 	table, err := state.New(cfg.State)
 	if err != nil {
@@ -125,7 +135,7 @@ func New(cfg Config) (*Node, error) {
 		log:     cfg.Logger,
 		clock:   hlc{now: cfg.Now},
 		table:   table,
-		persist: persist,
+		persist: pst,
 		ackWait: newAckWaits(),
 		// rand.Uint64 is seeded per process; |1 keeps it off 0 ("not given").
 		incarnation: rand.Uint64() | 1,
@@ -138,8 +148,7 @@ func New(cfg Config) (*Node, error) {
 	if n.syncer, err = n.newSyncer(); err != nil {
 		return nil, err
 	}
-	if persist != nil {
-		persist.table = table
+	if pst != nil {
 		n.clock.extend = cfg.Store.RaiseClock
 		if err := n.load(); err != nil {
 			return nil, err
@@ -163,16 +172,38 @@ func New(cfg Config) (*Node, error) {
 			"or a Get page can be this big, so apps must raise their client's receive limit (e.g. grpc.MaxCallRecvMsgSize)",
 			"max_event_bytes", cfg.Limits.MaxEventBytes, "message_bytes", e, "client_default_bytes", defaultClientRecvBytes)
 	}
-	if persist != nil {
-		persist.durable = table.Revision() // everything loaded is on disk already
-		n.persistWG.Add(1)
-		go func() { defer n.persistWG.Done(); persist.run() }()
+	if pst != nil {
+		pst.Start() // everything loaded is on disk already
 	}
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.run() }()
 	go func() { defer n.wg.Done(); n.collectTombstones() }()
 	go func() { defer n.wg.Done(); n.antiEntropy() }()
 	return n, nil
+}
+
+// load fills the empty table from the data dir (package persist) and moves the clock
+// past everything the store ever committed, so that this node's next version is above
+// its last one before the restart. Called by New, before any goroutine runs.
+func (n *Node) load() error {
+	start, now := time.Now(), n.cfg.Now()
+	l, err := n.persist.Load(n.table, now)
+	if err != nil {
+		return err
+	}
+	n.clock.restore(l.Clock)
+	st := n.table.Stats()
+	n.log.Info("data dir loaded", "keys", l.Keys, "tombstones", st.Tombstones, "expired_tombstones", l.Expired,
+		"clock_high_water_mark", l.Clock, "took", time.Since(start).Round(time.Millisecond).String())
+	if l.Refused > 0 {
+		n.log.Warn("data dir holds more than the state table's bounds; the rest was not loaded (anti-entropy does not bring it back either): raise --state-max-keys or --state-max-bytes",
+			"refused", l.Refused, "keys", st.Keys, "state_max_keys", n.cfg.State.MaxKeys, "bytes", st.Bytes, "state_max_bytes", n.cfg.State.MaxBytes)
+	}
+	if limit := maxVersion(now, maxObservedSkew); l.Clock > limit {
+		n.log.Warn("the data dir's clock is ahead of this host's clock: this node's versions continue from it, and peers refuse those more than 5m ahead of theirs; check the host clock",
+			"clock_high_water_mark", l.Clock, "wall_version", wallVersion(now))
+	}
+	return nil
 }
 
 // collectTombstones removes the tombstones older than --tombstone-ttl, every quarter
@@ -204,7 +235,7 @@ func (n *Node) startPurgatory() error {
 	if err != nil {
 		return err
 	}
-	n.wheel, n.purg, n.acks = w, purg, newAckLedger(purg)
+	n.wheel, n.purg, n.ledger = w, purg, acks.NewLedger[string, uint64]()
 	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now)
 	return nil
 }
@@ -237,13 +268,13 @@ func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(ctx, &peers.Frame{B: b})
+	return n.replicateFrame(ctx, &frame.Frame{B: b})
 }
 
 // replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
 // a whole first (origin, sizes), then answers one status per event. f may be reused
 // once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(ctx context.Context, f *peers.Frame) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateFrame(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
@@ -405,8 +436,7 @@ func (n *Node) Close() {
 			l.close()
 		}
 		if n.persist != nil {
-			n.persist.close() // the table's last changes go to disk
-			n.persistWG.Wait()
+			n.persist.Close() // the table's last changes go to disk
 		}
 	})
 }

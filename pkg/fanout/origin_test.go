@@ -281,7 +281,7 @@ func TestDeletesMakeRoom(t *testing.T) {
 	if s.GetKeys() != 0 || s.GetTombstones() != 2 || s.GetCollectedEarly() != 2 || s.GetMaxTombstones() != 2 || s.GetRefused() != 1 {
 		t.Fatalf("state status %v: want 0 keys, 2 tombstones (k3, k4), 2 collected early, 1 refused", s)
 	}
-	waitFor(t, "the early-collected tombstones deleted on disk", func() bool { return n.persist.stats().Deletes == 2 })
+	waitFor(t, "the early-collected tombstones deleted on disk", func() bool { return n.persist.Stats().Deletes == 2 })
 	n.Close()
 	recs := storeRecords(t, st)
 	for _, id := range []string{"k1", "k2"} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,7 +79,7 @@ func TestSnapshotWaitsForBootstrap(t *testing.T) {
 
 	// A snapshot with a deadline: ends with it, having sent nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	err := tn.node.Subscribe(ctx, &fanoutv1.SubscribeRequest{Snapshot: true}, func(*peers.Frame) error {
+	err := tn.node.Subscribe(ctx, &fanoutv1.SubscribeRequest{Snapshot: true}, func(*frame.Frame) error {
 		t.Error("a snapshot was sent during the bootstrap")
 		return nil
 	})

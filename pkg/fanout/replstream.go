@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
@@ -31,7 +32,7 @@ func (s *PeerServer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStream
 
 // serveReplicateStream runs one ReplicateStream until the sender closes it, it breaks,
 // or the node closes. The requests are read as frames (the server's codec,
-// peers.FrameServerOption) and their batches with internal/wire, as replicateFrame
+// frame.ServerOption) and their batches with internal/wire, as replicateFrame
 // reads a unary one.
 func (n *Node) serveReplicateStream(stream grpc.ServerStream) error {
 	if n.draining.Load() {
@@ -64,7 +65,7 @@ func (n *Node) serveReplicateStream(stream grpc.ServerStream) error {
 		}
 	}()
 
-	f := framePool.Get().(*peers.Frame)
+	f := framePool.Get().(*frame.Frame)
 	defer putFrame(f)
 	ctx := stream.Context()
 	var req wire.Replicate

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -85,7 +86,7 @@ func TestReplicateStreamServes(t *testing.T) {
 		t.Error("c, of the refused batch, was stored")
 	}
 	// Not a ReplicateStreamRequest: the stream ends, INVALID_ARGUMENT.
-	if err := stream.SendMsg(&peers.Frame{B: []byte("\x0a\xff")}); err != nil {
+	if err := stream.SendMsg(&frame.Frame{B: []byte("\x0a\xff")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {

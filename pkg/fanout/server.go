@@ -7,10 +7,10 @@ import (
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/antientropy"
 	"github.com/fanout/fanout/pkg/batcher"
-	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,7 +30,7 @@ type PeerServer struct {
 }
 
 // NewFanoutServer returns the app-facing gRPC service of n. Its server must be made
-// with peers.FrameServerOption (or peers.ServerOptions): Subscribe sends frames.
+// with frame.ServerOption (or frame.ServerOptions): Subscribe sends frames.
 func NewFanoutServer(n *Node) *FanoutServer { return &FanoutServer{node: n} }
 
 // NewPeerServer returns the peer-facing gRPC service of n.
@@ -54,7 +54,7 @@ const maxStreamWaits = 1024
 // --data-dir, each once it is on disk: the next requests are applied meanwhile, so
 // the requests in flight share commits). A bad request ends the stream with its status
 // (INVALID_ARGUMENT naming the field). Requests are read and answered as frames, as
-// Submit's are: the server must be made with peers.FrameServerOption.
+// Submit's are: the server must be made with frame.ServerOption.
 func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -62,7 +62,7 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 	w := &streamWaits{stream: stream, node: n, sem: make(chan struct{}, maxStreamWaits)}
 	defer w.wg.Wait()
 	defer w.closeOrdered()
-	f := new(peers.Frame) // reused, except by a request that waits (below)
+	f := new(frame.Frame) // reused, except by a request that waits (below)
 	for {
 		err := stream.RecvMsg(f)
 		if errors.Is(err, io.EOF) {
@@ -83,7 +83,7 @@ func (s *FanoutServer) SubmitStream(stream fanoutv1.FanoutService_SubmitStreamSe
 		}
 		switch {
 		case n.waitsForAcks(c): // answered on completion
-			f = new(peers.Frame) // c's events are f's bytes until c is done
+			f = new(frame.Frame) // c's events are f's bytes until c is done
 			err = w.start(ctx, func() error {
 				defer n.putCall(c)
 				if err := n.submitChecked(ctx, c); err != nil {
@@ -116,7 +116,7 @@ type streamWaits struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	err    error       // guarded by mu: the first failure
-	out    peers.Frame // guarded by mu: the answer being sent
+	out    frame.Frame // guarded by mu: the answer being sent
 	// ordered feeds inOrder's goroutine; nil until the first use and after
 	// closeOrdered. Used by the handler's goroutine only.
 	ordered chan *submitCall
@@ -189,7 +189,7 @@ func (w *streamWaits) fail(err error) {
 }
 
 // send answers c on the stream. Its bytes are written into one frame the stream
-// reuses: gRPC copies a frame before SendMsg returns (peers' codec).
+// reuses: gRPC copies a frame before SendMsg returns (internal/frame's codec).
 func (w *streamWaits) send(c *submitCall) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -206,7 +206,7 @@ func (w *streamWaits) failed() error {
 // Subscribe implements FanoutService.Subscribe: the node sends list+watch responses
 // as frames (their bytes pass through the codec as they are).
 func (s *FanoutServer) Subscribe(req *fanoutv1.SubscribeRequest, stream fanoutv1.FanoutService_SubscribeServer) error {
-	err := s.node.Subscribe(stream.Context(), req, func(f *peers.Frame) error { return stream.SendMsg(f) })
+	err := s.node.Subscribe(stream.Context(), req, func(f *frame.Frame) error { return stream.SendMsg(f) })
 	return toStatus(err)
 }
 
@@ -263,7 +263,7 @@ func (s *PeerServer) Push(ctx context.Context, req *fanoutv1.PushRequest) (*fano
 
 // RegisterPeerServer registers p as fanout.v1.PeerService on s. Replicate requests are
 // read from their bytes (internal/wire). The wire format is the generated service's
-// (withHandler). s must be made with peers.FrameServerOption (or peers.ServerOptions).
+// (withHandler). s must be made with frame.ServerOption (or frame.ServerOptions).
 func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
 	desc := withHandler(&fanoutv1.PeerService_ServiceDesc, "Replicate", replicateHandler)
 	s.RegisterService(&desc, p)
@@ -273,7 +273,7 @@ func RegisterPeerServer(s grpc.ServiceRegistrar, p *PeerServer) {
 // decoded request.
 func replicateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	return serveFrame(srv, ctx, dec, interceptor, fanoutv1.PeerService_Replicate_FullMethodName,
-		func(ctx context.Context, f *peers.Frame) (any, error) {
+		func(ctx context.Context, f *frame.Frame) (any, error) {
 			return srv.(*PeerServer).node.replicateFrame(ctx, f)
 		})
 }
@@ -298,14 +298,14 @@ func withHandler(generated *grpc.ServiceDesc, method string, h grpc.MethodHandle
 // interceptors to handle, which may not keep the frame. An error of handle reaches
 // the interceptors and the caller as its status (toStatus), with no response.
 func serveFrame(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor,
-	fullMethod string, handle func(context.Context, *peers.Frame) (any, error)) (any, error) {
-	f := framePool.Get().(*peers.Frame)
+	fullMethod string, handle func(context.Context, *frame.Frame) (any, error)) (any, error) {
+	f := framePool.Get().(*frame.Frame)
 	defer putFrame(f)
 	if err := dec(f); err != nil {
 		return nil, err
 	}
 	h := func(ctx context.Context, req any) (any, error) {
-		resp, err := handle(ctx, req.(*peers.Frame))
+		resp, err := handle(ctx, req.(*frame.Frame))
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -351,7 +351,7 @@ func toStatus(err error) error {
 // RegisterFanoutServer registers f as fanout.v1.FanoutService on s. Submit requests
 // are read from their bytes (internal/wire) and answered with bytes; SubmitStream and
 // Subscribe read and send frames. The wire format is the generated service's
-// (withHandler). s must be made with peers.FrameServerOption (or peers.ServerOptions).
+// (withHandler). s must be made with frame.ServerOption (or frame.ServerOptions).
 func RegisterFanoutServer(s grpc.ServiceRegistrar, f *FanoutServer) {
 	desc := withHandler(&fanoutv1.FanoutService_ServiceDesc, "Submit", submitHandler)
 	s.RegisterService(&desc, f)
@@ -361,7 +361,7 @@ func RegisterFanoutServer(s grpc.ServiceRegistrar, f *FanoutServer) {
 // request and response.
 func submitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	return serveFrame(srv, ctx, dec, interceptor, fanoutv1.FanoutService_Submit_FullMethodName,
-		func(ctx context.Context, f *peers.Frame) (any, error) {
+		func(ctx context.Context, f *frame.Frame) (any, error) {
 			return srv.(*FanoutServer).node.submitFrame(ctx, f)
 		})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
@@ -431,14 +432,14 @@ func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
 	body = protowire.AppendBytes(protowire.AppendTag(body, wire.ReplicateRequestEvents, protowire.BytesType), []byte{0x0a, 0x05, 'a'})
 	body = protowire.AppendBytes(protowire.AppendTag(body, wire.ReplicateRequestEvents, protowire.BytesType), good)
 	var resp fanoutv1.ReplicateResponse
-	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: body}, &resp); err != nil {
+	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame.Frame{B: body}, &resp); err != nil {
 		t.Fatal(err)
 	}
 	want := []fanoutv1.ItemStatus{fanoutv1.ItemStatus_ITEM_STATUS_INVALID, fanoutv1.ItemStatus_ITEM_STATUS_OK}
 	if !slices.Equal(resp.Statuses, want) {
 		t.Fatalf("statuses %v, want %v", resp.Statuses, want)
 	}
-	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &peers.Frame{B: []byte{0xff, 0xff}}, &resp)
+	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame.Frame{B: []byte{0xff, 0xff}}, &resp)
 	wantInvalid(t, err, "request")
 }
 
@@ -454,7 +455,7 @@ func TestRegisterPeerServerLeavesTheGeneratedService(t *testing.T) {
 		return m
 	}
 	before := handlers()
-	srv := grpc.NewServer(peers.FrameServerOption())
+	srv := grpc.NewServer(frame.ServerOption())
 	defer srv.Stop()
 	n, err := New(testConfig("g"))
 	if err != nil {
@@ -542,7 +543,7 @@ func TestSubmitFromBytes(t *testing.T) {
 	body := protowire.AppendBytes(protowire.AppendTag(nil, wire.SubmitRequestEvents, protowire.BytesType), event)
 	body = protowire.AppendVarint(protowire.AppendTag(body, wire.SubmitRequestRequestID, protowire.VarintType), 42)
 	var resp fanoutv1.SubmitResponse
-	if err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &peers.Frame{B: body}, &resp); err != nil {
+	if err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &frame.Frame{B: body}, &resp); err != nil {
 		t.Fatal(err)
 	}
 	if resp.RequestId != 42 || len(resp.Versions) != 1 || resp.Versions[0] == 0 || !resp.Satisfied ||
@@ -558,12 +559,12 @@ func TestSubmitFromBytes(t *testing.T) {
 	}
 
 	keys := tn.node.table.Stats().Keys
-	err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &peers.Frame{B: []byte{0xff, 0xff}}, &resp)
+	err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &frame.Frame{B: []byte{0xff, 0xff}}, &resp)
 	wantInvalid(t, err, "request: not a valid fanout.v1.SubmitRequest")
 	good, _ := proto.Marshal(&fanoutv1.Event{TaskId: "good"})
 	body = protowire.AppendBytes(protowire.AppendTag(nil, wire.SubmitRequestEvents, protowire.BytesType), good)
 	body = protowire.AppendBytes(protowire.AppendTag(body, wire.SubmitRequestEvents, protowire.BytesType), []byte{0x0a, 0x01, 0xff}) // task_id not UTF-8
-	err = tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &peers.Frame{B: body}, &resp)
+	err = tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &frame.Frame{B: body}, &resp)
 	wantInvalid(t, err, "events[1]: not a valid fanout.v1.Event")
 	if k := tn.node.table.Stats().Keys; k != keys {
 		t.Fatalf("%d keys after refused requests, were %d", k, keys)
@@ -574,7 +575,7 @@ func TestSubmitFromBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.SendMsg(&peers.Frame{B: body}); err != nil {
+	if err := stream.SendMsg(&frame.Frame{B: body}); err != nil {
 		t.Fatal(err)
 	}
 	wantInvalid(t, stream.RecvMsg(&resp), "events[1]: not a valid fanout.v1.Event")
@@ -584,7 +585,7 @@ func TestSubmitFromBytes(t *testing.T) {
 // generated FanoutService description stays as generated.
 func TestRegisterFanoutServerLeavesTheGeneratedService(t *testing.T) {
 	before := fanoutv1.FanoutService_ServiceDesc.Methods[0].Handler
-	srv := grpc.NewServer(peers.FrameServerOption())
+	srv := grpc.NewServer(frame.ServerOption())
 	defer srv.Stop()
 	n, err := New(testConfig("g"))
 	if err != nil {

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,10 +10,12 @@ import (
 	"unsafe"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
-	"github.com/fanout/fanout/pkg/peers"
+	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -95,7 +98,7 @@ func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanout
 // submitFrame is Submit for a request's bytes, answered with the response's bytes:
 // what the app listener's Submit does (submitHandler). f may be reused once it
 // returns.
-func (n *Node) submitFrame(ctx context.Context, f *peers.Frame) (*peers.Frame, error) {
+func (n *Node) submitFrame(ctx context.Context, f *frame.Frame) (*frame.Frame, error) {
 	c := n.getCall()
 	defer n.putCall(c)
 	if err := n.readSubmit(f.B, c); err != nil {
@@ -108,8 +111,8 @@ func (n *Node) submitFrame(ctx context.Context, f *peers.Frame) (*peers.Frame, e
 }
 
 // answer is c's SubmitResponse as a frame of its own.
-func (c *submitCall) answer() *peers.Frame {
-	return &peers.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
+func (c *submitCall) answer() *frame.Frame {
+	return &frame.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
 }
 
 // readSubmit reads the SubmitRequest in b into c and validates it whole, refusing it
@@ -260,7 +263,15 @@ func (n *Node) durable(ctx context.Context, rev uint64) error {
 	if n.persist == nil || rev == 0 {
 		return nil
 	}
-	return n.persist.wait(ctx, rev)
+	err := n.persist.Wait(ctx, rev)
+	var failed *persist.CommitError
+	switch {
+	case errors.As(err, &failed):
+		return fmt.Errorf("%w: %v", ErrNotDurable, failed.Cause)
+	case errors.Is(err, persist.ErrStopped):
+		return ErrClosed
+	}
+	return err
 }
 
 func (n *Node) offer(ctx context.Context, links []*link, tasks []batcher.Task[outEvent]) error {
@@ -280,15 +291,15 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 	for i, l := range links {
 		peers[i] = l.addr
 	}
-	op := newAckOp(peers, need, len(tasks))
+	op := acks.NewOp(peers, need, len(tasks))
 	for i, l := range links {
 		if l.br.State() == breaker.Open {
-			op.fail(i, "circuit breaker open")
+			op.Fail(i, "circuit breaker open")
 		}
 	}
 	op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
-	keys := n.acks.register(op, tasks)
-	defer n.acks.unregister(op, keys)
+	keys := n.ledger.Register(op, len(tasks), func(i int) (string, uint64) { return tasks[i].ID, tasks[i].Value.version })
+	defer n.ledger.Unregister(op, keys)
 	start := n.cfg.Now()
 	n.purg.TryCompleteElseWatch(op, keys)
 	if err := n.offer(ctx, links, tasks); err != nil {
@@ -300,7 +311,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		return err
 	}
 	select {
-	case <-op.done:
+	case <-op.Done():
 	case <-ctx.Done():
 		n.purg.Cancel(op) // the caller is gone: forget the operation and its timer
 		return ctx.Err()
@@ -308,7 +319,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		n.purg.Cancel(op)
 		return ErrClosed
 	}
-	c.resp.PeerAcks, c.resp.Satisfied = op.result()
+	c.resp.PeerAcks, c.resp.Satisfied = ackResult(op)
 	n.ackWait.observe(c.ack, c.resp.Satisfied, n.cfg.Now().Sub(start))
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -52,7 +53,7 @@ func BenchmarkSubmitQueued(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				f := new(peers.Frame)
+				f := new(frame.Frame)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := range b.N {
@@ -95,7 +96,7 @@ func BenchmarkSubmitGRPC(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := grpc.NewServer(peers.ServerOptions()...)
+			srv := grpc.NewServer(frame.ServerOptions()...)
 			RegisterFanoutServer(srv, NewFanoutServer(n))
 			go srv.Serve(lis)
 			defer srv.Stop()

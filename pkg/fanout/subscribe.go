@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 )
 
@@ -43,7 +43,7 @@ const (
 // (Ready), unless the request sets allow_unsynced: the table is half-synced before,
 // and an app that builds its cache from the snapshot would see keys vanish or go
 // back to older versions than it saw before the node restarted.
-func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, send func(*peers.Frame) error) error {
+func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, send func(*frame.Frame) error) error {
 	if err := n.validateSubscribe(req); err != nil {
 		return err
 	}
@@ -139,14 +139,14 @@ type watch struct {
 	n      *Node
 	prefix []byte
 	self   string
-	send   func(*peers.Frame) error
+	send   func(*frame.Frame) error
 	buf    []state.Entry
-	f      peers.Frame // the message being sent; reused
+	f      frame.Frame // the message being sent; reused
 	// The limits of every scan of this stream (one response's entries and bytes).
 	maxEntries, maxBytes int
 }
 
-func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*peers.Frame) error) *watch {
+func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*frame.Frame) error) *watch {
 	maxEntries := max(1, int(req.GetMaxBatch()))
 	maxBytes := int(req.GetMaxBatchBytes())
 	if maxBytes == 0 {

@@ -157,7 +157,7 @@ func (n *Node) Readiness() (bool, string) {
 		return false, "draining: shutting down"
 	}
 	if n.persist != nil {
-		if ok, reason := n.persist.fault(); !ok {
+		if ok, reason := n.persist.Fault(); !ok {
 			return false, reason
 		}
 	}
@@ -175,7 +175,7 @@ func (n *Node) ReadinessChanged() <-chan struct{} {
 	if n.persist == nil {
 		return nil
 	}
-	return n.persist.faultChanged()
+	return n.persist.FaultChanged()
 }
 
 func (n *Node) newSyncer() (*antientropy.Syncer, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
@@ -114,7 +115,7 @@ func serveSyncNode(b *testing.B, n *Node) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, peers.ServerOptions()...)...)
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, frame.ServerOptions()...)...)
 	RegisterPeerServer(srv, NewPeerServer(n))
 	go srv.Serve(lis)
 	b.Cleanup(srv.Stop)

@@ -3,8 +3,8 @@ package fanout
 import (
 	"sync"
 
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/state"
 )
 
@@ -14,14 +14,14 @@ import (
 // of internal/wire, copies the event's bytes once, and writes them into Subscribe
 // messages unchanged (wire.AppendEntry). This file is the node's side of that: the
 // limits an event read from its bytes is held to, and table entries as wire entries.
-// peers.Frame carries such bytes through gRPC.
+// frame.Frame carries such bytes through gRPC.
 
 // framePool recycles frames: the requests of Replicate and Submit calls and of
 // replicate streams, and the batches a link builds.
-var framePool = sync.Pool{New: func() any { return new(peers.Frame) }}
+var framePool = sync.Pool{New: func() any { return new(frame.Frame) }}
 
 // putFrame gives f back to framePool, unless it holds a huge request's buffer.
-func putFrame(f *peers.Frame) {
+func putFrame(f *frame.Frame) {
 	if cap(f.B) <= 4<<20 {
 		framePool.Put(f)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -104,7 +105,7 @@ func Dial(addr string, opts Options) (*Conn, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: maxDelay}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(size), grpc.MaxCallSendMsgSize(size)),
-	}, DialOptions()...), opts.DialOptions...)
+	}, frame.DialOptions()...), opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("peers: dial %s: %w", addr, err)
@@ -125,13 +126,13 @@ func (c *Conn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode the request: %v", ErrPermanent, err)
 	}
-	return c.ReplicateFrame(ctx, &Frame{B: b}, len(req.GetEvents()))
+	return c.ReplicateFrame(ctx, &frame.Frame{B: b}, len(req.GetEvents()))
 }
 
 // ReplicateFrame sends one batch already encoded as a ReplicateRequest of events events
 // (the origin encodes each event once for all its peers; internal/wire's
 // AppendReplicate). Errors are classified as Replicate's.
-func (c *Conn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+func (c *Conn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
 	resp, err := c.replicate(ctx, f)
 	if err != nil {
 		return nil, Classify(err)
@@ -143,7 +144,7 @@ func (c *Conn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanou
 }
 
 // replicate sends f on the stream, or as a unary call; the error is unclassified.
-func (c *Conn) replicate(ctx context.Context, f *Frame) (*fanoutv1.ReplicateResponse, error) {
+func (c *Conn) replicate(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
 	if s := c.stream(); s != nil {
 		resp, err := s.do(ctx, f)
 		if !errUnimplemented(err) {

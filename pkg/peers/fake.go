@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -69,7 +70,7 @@ func (c *FakeConn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest
 }
 
 // ReplicateFrame decodes the frame and calls the handler, as Replicate does.
-func (c *FakeConn) ReplicateFrame(ctx context.Context, f *Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+func (c *FakeConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
 	req := new(fanoutv1.ReplicateRequest)
 	if err := proto.Unmarshal(f.B, req); err != nil {
 		return nil, fmt.Errorf("%w: fake %s: %v", ErrPermanent, c.addr, err)

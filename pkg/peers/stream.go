@@ -11,6 +11,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -165,7 +166,7 @@ func (s *replStream) broken() bool {
 // stream (its other batches are answered with the same error): the next batch opens
 // a fresh stream, as the next unary call would start afresh. The error is a status
 // error or a context error, unclassified.
-func (s *replStream) do(ctx context.Context, f *Frame) (*fanoutv1.ReplicateResponse, error) {
+func (s *replStream) do(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -213,10 +214,22 @@ func (s *replStream) do(ctx context.Context, f *Frame) (*fanoutv1.ReplicateRespo
 }
 
 // streamFrame is a ReplicateStreamRequest whose batch is an encoded ReplicateRequest:
-// the codec writes the head and the batch into one pooled buffer.
+// the codec (a frame.Appender) writes the head and the batch into one pooled buffer.
 type streamFrame struct {
 	seq   uint64
 	batch []byte
+}
+
+var _ frame.Appender = (*streamFrame)(nil)
+
+// EncodedSize is the size of the request: its head, then the batch's bytes.
+func (f *streamFrame) EncodedSize() int {
+	return wire.ReplicateStreamHeadSize(f.seq, len(f.batch)) + len(f.batch)
+}
+
+// AppendEncoded appends the request's head, then the batch's bytes as they are.
+func (f *streamFrame) AppendEncoded(b []byte) []byte {
+	return append(wire.AppendReplicateStreamHead(b, f.seq, len(f.batch)), f.batch...)
 }
 
 // stream returns the stream to send on, opening one if there is none or the last one

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -94,7 +95,7 @@ func (p *streamPeer) serve(t *testing.T) (string, *grpc.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(append(ServerOptions(), p.opts...)...)
+	srv := grpc.NewServer(append(frame.ServerOptions(), p.opts...)...)
 	fanoutv1.RegisterPeerServiceServer(srv, p)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
@@ -315,7 +316,7 @@ func TestStreamPeerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	srv := grpc.NewServer(ServerOptions()...)
+	srv := grpc.NewServer(frame.ServerOptions()...)
 	fanoutv1.RegisterPeerServiceServer(srv, p)
 	go srv.Serve(lis)
 	c := dialT(t, addr, Options{})
@@ -334,7 +335,7 @@ func TestStreamPeerGone(t *testing.T) {
 	if err != nil {
 		t.Skipf("the port was taken meanwhile: %v", err)
 	}
-	srv2 := grpc.NewServer(ServerOptions()...)
+	srv2 := grpc.NewServer(frame.ServerOptions()...)
 	fanoutv1.RegisterPeerServiceServer(srv2, p)
 	go srv2.Serve(lis2)
 	defer srv2.Stop()

@@ -20,12 +20,12 @@ type Config struct {
 	// Name identifies the task in its log lines ("peers-dns").
 	Name string
 	// Interval is the base interval: the wait between the end of one attempt and the
-	// start of the next while attempts succeed. 30s (SPEC §8's --peers-refresh): a
+	// start of the next while attempts succeed. 30s (--peers-refresh): a
 	// Kubernetes rollout replaces a pod in tens of seconds, and the DNS server sees one
 	// query per node per 30s.
 	Interval time.Duration
 	// MaxFactor caps the interval at Interval*MaxFactor after consecutive timeouts.
-	// 10 (SPEC §8, and Eureka's expBackOffBound): a DNS server that keeps timing out
+	// 10 (Eureka's expBackOffBound): a DNS server that keeps timing out
 	// is asked every 5 minutes at worst, never given up on.
 	MaxFactor int
 	// Timeout bounds one attempt: at Timeout the attempt's context is cancelled and
@@ -43,7 +43,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns SPEC §8's schedule: every 30s, up to 10× that after
+// DefaultConfig returns the --peers-dns schedule: every 30s, up to 10× that after
 // timeouts, each attempt bounded by 10s.
 func DefaultConfig() Config {
 	return Config{Interval: 30 * time.Second, MaxFactor: 10}

@@ -1,7 +1,7 @@
 /*
 Package refresh runs a function on a supervised, self-adjusting schedule: seed 001's
 TimedSupervisorTask (SOFARegistry, after Eureka's class of the same name), which
-fanout uses to re-resolve --peers-dns (SPEC §8).
+fanout uses to re-resolve --peers-dns.
 
 # The rule
 

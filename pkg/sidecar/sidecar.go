@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/fanout"
-	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -139,7 +139,7 @@ func newGRPCServer(log *slog.Logger, m *grpcmetrics.Metrics, sizes msgSizes, cre
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	}, peers.ServerOptions()...)...)
+	}, frame.ServerOptions()...)...)
 	healthpb.RegisterHealthServer(s, h)
 	return s
 }

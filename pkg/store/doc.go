@@ -1,4 +1,4 @@
-// Package store keeps a node's state on its own disk, for --data-dir (SPEC §14): the
+// Package store keeps a node's state on its own disk, for --data-dir: the
 // latest record of every task_id (tombstones too), the node id, and the clock's
 // high-water mark, so that a node killed with kill -9 comes back with what it
 // acknowledged and never writes a version below one it wrote before.

@@ -7,7 +7,7 @@ import (
 )
 
 // Bounds on a record, in bytes. Commit refuses a record past them and decodeValue a
-// value past them. They are the sidecar's own bounds (SPEC §10), so that whatever a
+// value past them. They are the sidecar's own bounds, so that whatever a
 // node accepts it can also keep.
 const (
 	// MaxKeyBytes bounds a task_id: the API's bound (fanout.Limits.MaxTaskIDBytes).

@@ -14,7 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// Catch-up (SPEC §14) with real processes: a node that starts pulls the state from
+// Catch-up with real processes: a node that starts pulls the state from
 // its peers before it reports ready (bootstrap), and anti-entropy rounds repair what
 // the replication fast path lost.
 

@@ -19,7 +19,7 @@ import (
 	"github.com/fanout/fanout/internal/testbin"
 )
 
-// Tests of the clients in other languages (examples/, SPEC §12): each example runs as
+// Tests of the clients in other languages (examples/): each example runs as
 // a process of its own against a real 3-node cluster, as a user would run it, and Go
 // checks on every node what the example says it did. Each example also has to fail
 // properly: nonzero, with a clear message, within its deadlines.

@@ -28,7 +28,7 @@ import (
 // readinessService is the named health service of the app listener: NOT_SERVING until
 // the node's bootstrap sync with its peers has ended (or --sync-timeout passed), and
 // while it drains. The empty service name is liveness: SERVING once the process
-// listens (SPEC §14).
+// listens.
 const readinessService = "fanout.v1.FanoutService"
 
 // Deadlines of the harness. They are generous for a loaded 2-core CI machine; a

@@ -14,7 +14,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// The convergence checker states the promises of SPEC §6 and §13 over a whole
+// The convergence checker states the promises of last-writer-wins and of the state table over a whole
 // cluster, whatever faults happened on the way:
 //
 //	(a) every live node's app ends with the same latest (version, origin) of every
@@ -25,7 +25,7 @@ import (
 //	(a') every live node's state table (Get) holds that winner of every task, or
 //	    omits the task if the winner is a deletion. A node restarted since the check
 //	    began lost its memory-only state, and got it back from its peers: bootstrap
-//	    and anti-entropy (SPEC §14) repair it, so it too must hold every winner.
+//	    and anti-entropy repair it, so it too must hold every winner.
 //	(b) no Subscribe stream ever sees a task's version go backwards (or repeat), and
 //	    its revisions rise (recorder.checkMonotonic).
 //
@@ -112,7 +112,7 @@ type convergence struct {
 }
 
 // watch subscribes to every running node of c, with a snapshot: the app reads the
-// node's current state, then every change (list+watch, SPEC §13).
+// node's current state, then every change (list+watch).
 func watch(t *testing.T, c *cluster) *convergence {
 	t.Helper()
 	cv := &convergence{t: t, c: c, streams: make([][]*recorder, len(c.nodes))}

@@ -59,7 +59,7 @@ func TestDelivery(t *testing.T) {
 }
 
 // checkOrigins fails the test if a recorder got an event that origin did not submit:
-// a replicated event is never sent on (SPEC §2, one hop).
+// a replicated event is never sent on (one hop).
 func checkOrigins(t *testing.T, origin string, rs ...*recorder) {
 	t.Helper()
 	for _, r := range rs {
@@ -145,7 +145,7 @@ func runSubmitters(t *testing.T, c *cluster, origins []int, reqs [][]*fanoutv1.E
 }
 
 // TestFullStateTablePushesBack is what "a full inbox pushes back with BUSY" became
-// with the state table (SPEC §13: BUSY only where the state table cannot take a
+// with the state table (BUSY only where the state table cannot take a
 // write). C's table is bounded at 20 keys while A and B write 40 tasks, 25 updates
 // each, from two submitters each. C takes 18 keys (the peers' share: 2 are kept for
 // C's own app), then answers BUSY for every new key, so A and B count congestion for

@@ -31,11 +31,11 @@
 //     (version, origin) of every task (a restarted node too: bootstrap and
 //     anti-entropy bring it back), and that no Subscribe stream ever sees a version
 //     go backwards.
-//   - catchup_test.go checks catch-up (SPEC §14) with real processes: a new node
+//   - catchup_test.go checks catch-up with real processes: a new node
 //     bootstraps 10,000 keys before it turns ready, anti-entropy repairs what an
 //     overflowing queue lost for a killed or a frozen peer, and a frozen peer does
 //     not hold up the repair between the others.
-//   - durability_test.go checks --data-dir and restarts under load (SPEC §14), with
+//   - durability_test.go checks --data-dir and restarts under load, with
 //     writers that keep going while nodes die (only what a node acknowledged is
 //     promised): 20 rounds of kill -9 of a random node with a data dir on every
 //     node lose no acknowledged event; a rolling restart, with and without data
@@ -54,7 +54,7 @@
 // sends gets split batches and drops (too_large) what it refuses alone, never a retry
 // loop.
 //
-// The tests of the state table (SPEC §13) are watch_test.go (snapshot, resume,
+// The tests of the state table are watch_test.go (snapshot, resume,
 // prefixes, large batches), isolation_test.go (a frozen subscriber, a publish-only
 // node), lww_test.go (the highest version wins) and TestFullStateTablePushesBack in
 // delivery_test.go.

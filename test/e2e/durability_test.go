@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Durability (SPEC §14) with real processes: --data-dir across kill -9, rolling
+// Durability with real processes: --data-dir across kill -9, rolling
 // restarts, SIGTERM of a receiver under ACK_POLICY_ALL, and the clock of a restarted
 // node. The writers of these tests keep going while nodes die: a Submit that fails
 // (the node is down or draining) is counted, not a failure of the test; only events a

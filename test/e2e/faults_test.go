@@ -26,7 +26,7 @@ import (
 // injected during the load; then, once the load has ended, it heals the fault and
 // checks that every node converges (convergence_test.go). No write follows the heal:
 // what the fault made a node miss comes back by the fast path's retries, bootstrap or
-// anti-entropy (SPEC §14), never by the writers writing it again. It logs one RESULT
+// anti-entropy, never by the writers writing it again. It logs one RESULT
 // line per case: time to converge after the heal, the healthy peer's delivery time
 // against the baseline's, the origin's counters for the faulty peer, and how many
 // entries anti-entropy stored during the phase.
@@ -182,7 +182,7 @@ func testSlowLink(t *testing.T) {
 // testStateFull gives C a state table bounded at 300 keys: the baseline's 200 tasks
 // fit, the fault phase's 200 new ones do not (peers fill 270 of the 300: 30 are kept
 // for C's own app). Once C is at its bound it answers BUSY
-// for every new key while updates of the keys it holds still go through (SPEC §13:
+// for every new key while updates of the keys it holds still go through (
 // BUSY only where the state table cannot take a write); A backs off (its congestion
 // counter rises) and keeps the refused events. The heal restarts C with the default
 // bound: A's retries go through and every node converges.
@@ -219,7 +219,7 @@ func testStateFull(t *testing.T) {
 // testAbsentApp takes C's app away at round 3 and brings it back after the load,
 // resuming from the last revision it received. C's state table keeps every change
 // meanwhile, so the app loses nothing, and A never sees BUSY from C: an absent app
-// never pushes back on peers (SPEC §13).
+// never pushes back on peers.
 func testAbsentApp(t *testing.T) {
 	m := newMatrix(t, 2, 1, specs(3, matrixFlags...)...)
 	base := m.baseline()

@@ -69,7 +69,7 @@ func (b badRequest) build(prefix string) *fanoutv1.SubmitRequest {
 
 // TestBadInput sends invalid requests through Submit and SubmitStream. Each must be
 // rejected with INVALID_ARGUMENT naming the field and index, and none of its valid
-// events may be queued or delivered (SPEC §10: validate first, then accept all).
+// events may be queued or delivered (validate first, then accept all).
 func TestBadInput(t *testing.T) {
 	c := startCluster(t, specs(2, fmt.Sprintf("--max-event-bytes=%d", maxEventBytes))...)
 	recB := subscribe(t, c, 1, "bad/")

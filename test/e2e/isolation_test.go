@@ -10,7 +10,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// Tests that one reader, or its absence, costs only itself (SPEC §13: a reader that
+// Tests that one reader, or its absence, costs only itself (a reader that
 // falls behind is coalesced per key and never blocks another reader, a sender or
 // Replicate; BUSY only where the state table cannot take a write).
 

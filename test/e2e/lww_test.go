@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Versions that keep their promise (SPEC §6, §13): coalescing keeps the highest
+// Versions that keep their promise: coalescing keeps the highest
 // (version, origin), never the latest arrival; a write that is not newer than the
 // node's entry is answered STALE and not sent; no single write can freeze a key.
 

@@ -95,7 +95,7 @@ func lineWith(text, substr string) string {
 	return ""
 }
 
-// TestShutdown checks SPEC §9: on SIGTERM or SIGINT the sidecar refuses new
+// TestShutdown checks the graceful stop: on SIGTERM or SIGINT the sidecar refuses new
 // submissions, keeps sending until its queues are empty or --shutdown-timeout passes,
 // and exits 0.
 func TestShutdown(t *testing.T) {
@@ -159,7 +159,7 @@ func testDrainsBeforeExit(t *testing.T) {
 // testShutdownTimeout kills B, queues events for it at A, and checks that A exits 0
 // once --shutdown-timeout has passed, not before and not much later, and that its log
 // counts the unsent events: dropped without --data-dir; kept with it, and then sent
-// to B by anti-entropy once both are back (SPEC §14: nothing is dropped at all).
+// to B by anti-entropy once both are back (nothing is dropped at all).
 func testShutdownTimeout(t *testing.T) {
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("data-dir=%v", durable), func(t *testing.T) {

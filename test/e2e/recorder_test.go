@@ -16,7 +16,7 @@ import (
 )
 
 // stamp is a version with the node that wrote it. Stamps order by (version, origin),
-// the last-writer-wins rule of SPEC §6 and §13.
+// the last-writer-wins rule (the highest (version, origin) wins a key).
 type stamp struct {
 	Version uint64
 	Origin  string
@@ -41,7 +41,7 @@ type delivery struct {
 	Submitted time.Time
 }
 
-// subOpts are the options of a SubscribeRequest (SPEC §13).
+// subOpts are the options of a SubscribeRequest.
 type subOpts struct {
 	prefix        string
 	snapshot      bool   // list, then snapshot_complete, then watch
@@ -265,7 +265,7 @@ func (r *recorder) count() int {
 }
 
 // checkMonotonic returns an error naming the first delivery that breaks what one
-// stream promises (SPEC §6, §13):
+// stream promises:
 //   - a task's stamp is newer than its previous delivery on the stream: versions never
 //     go backwards, and nothing is delivered twice;
 //   - every entry carries a revision; the live part (all of a stream without a

@@ -12,7 +12,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// Reading a node's state table with Get (SPEC §13), and comparing it with what the
+// Reading a node's state table with Get, and comparing it with what the
 // origins accepted.
 
 // getIDsChunk is how many task_ids one Get asks for (the API takes up to 10000); small

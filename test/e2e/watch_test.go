@@ -12,7 +12,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// Tests of Subscribe as list+watch (SPEC §13): snapshot, resume, prefixes, batches.
+// Tests of Subscribe as list+watch: snapshot, resume, prefixes, batches.
 
 // TestSnapshot has A, B and C write 300 tasks, overlapping (so last-writer-wins
 // decides some), and C delete 20 of A's, and waits until every node's Get agrees. Then

@@ -1355,7 +1355,7 @@ type PeerStatus struct {
 	AcceptorQueue  uint64 `protobuf:"varint,16,opt,name=acceptor_queue,json=acceptorQueue,proto3" json:"acceptor_queue,omitempty"`
 	ReprocessQueue uint64 `protobuf:"varint,17,opt,name=reprocess_queue,json=reprocessQueue,proto3" json:"reprocess_queue,omitempty"`
 	IdleWorkers    uint64 `protobuf:"varint,18,opt,name=idle_workers,json=idleWorkers,proto3" json:"idle_workers,omitempty"`
-	// sync is anti-entropy with this peer (SPEC §14), as the caller of the rounds.
+	// sync is anti-entropy with this peer, as the caller of the rounds.
 	Sync *SyncStatus `protobuf:"bytes,19,opt,name=sync,proto3" json:"sync,omitempty"`
 	// last_error is the latest Replicate to this peer that failed: why the peer is
 	// not getting its events (an unknown host, a refused connection, a timeout).

@@ -1,4 +1,4 @@
-package peers
+package frame
 
 import (
 	"google.golang.org/grpc"
@@ -36,7 +36,7 @@ const (
 // buffer pool, static flow-control windows and the frame codec.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
-		FrameDialOption(),
+		DialOption(),
 		experimental.WithBufferPool(bufferPool),
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
@@ -53,7 +53,7 @@ const streamWorkers = 8
 // ServerOptions are the same settings for a server, and its stream workers.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		FrameServerOption(),
+		ServerOption(),
 		grpc.NumStreamWorkers(streamWorkers),
 		experimental.BufferPool(bufferPool),
 		grpc.StaticStreamWindowSize(streamWindow),

@@ -1,7 +1,6 @@
-package peers
+package frame
 
 import (
-	"github.com/fanout/fanout/internal/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -15,30 +14,40 @@ import (
 // that pkg/fanout reads with internal/wire and stores event by event without
 // decoding, Subscribe sends the stored bytes to the app as frames, and a link sends a
 // batch built from its events' stored bytes (internal/wire's AppendReplicate) as a
-// frame, or on a stream as a streamFrame (stream.go).
+// frame, or on a stream as an Appender (pkg/peers' stream.go).
 //
-// A frame passes through only on a server made with FrameServerOption and a
-// connection made with FrameDialOption (ServerOptions and DialOptions include them);
-// elsewhere gRPC's protobuf codec refuses it.
+// A frame passes through only on a server made with ServerOption and a connection
+// made with DialOption (ServerOptions and DialOptions include them); elsewhere gRPC's
+// protobuf codec refuses it.
 type Frame struct{ B []byte }
 
+// Appender is a message that encodes itself: the codec writes it into one pooled
+// buffer of EncodedSize bytes with AppendEncoded, which must append exactly that
+// many. pkg/peers sends a ReplicateStreamRequest this way: its head, then a batch's
+// bytes as they are.
+type Appender interface {
+	EncodedSize() int
+	AppendEncoded(b []byte) []byte
+}
+
 // frameCodec is gRPC's protobuf codec, except that it passes a *Frame's bytes through
-// in both directions. Any other message goes to gRPC's own protobuf codec, unchanged.
-// It is set per server and per connection, never registered for the whole process.
+// in both directions and writes an Appender itself. Any other message goes to gRPC's
+// own protobuf codec, unchanged. It is set per server and per connection, never
+// registered for the whole process.
 type frameCodec struct{ base encoding.CodecV2 }
 
 // codec is the frame codec over gRPC's registered protobuf codec. It holds no state.
 var codec = frameCodec{base: encoding.GetCodecV2(grpcproto.Name)}
 
-// FrameServerOption makes a server read and write frames: a server that hosts
-// pkg/fanout's FanoutService (Subscribe sends frames) or PeerService (Replicate reads
+// ServerOption makes a server read and write frames: a server that hosts
+// pkg/grpcapi's FanoutService (Subscribe sends frames) or PeerService (Replicate reads
 // one) needs it. Every other message is encoded as gRPC's default codec does.
-func FrameServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(codec) }
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(codec) }
 
-// FrameDialOption makes a client connection send and receive frames (e.g. a Subscribe
+// DialOption makes a client connection send and receive frames (e.g. a Subscribe
 // stream read as frames). Every other message is encoded as gRPC's default codec does.
 // Its content-subtype is "proto": the header says application/grpc+proto.
-func FrameDialOption() grpc.DialOption {
+func DialOption() grpc.DialOption {
 	return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec))
 }
 
@@ -50,12 +59,9 @@ func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 		// it, so it gets a pooled copy and the caller keeps its buffer.
 		return mem.BufferSlice{mem.Copy(f.B, bufferPool)}, nil
 	}
-	if f, ok := v.(*streamFrame); ok {
-		// A ReplicateStreamRequest: its head, then the batch's bytes as they are.
-		n := wire.ReplicateStreamHeadSize(f.seq, len(f.batch)) + len(f.batch)
-		buf := bufferPool.Get(n)
-		b := wire.AppendReplicateStreamHead((*buf)[:0], f.seq, len(f.batch))
-		*buf = append(b, f.batch...)
+	if a, ok := v.(Appender); ok {
+		buf := bufferPool.Get(a.EncodedSize())
+		*buf = a.AppendEncoded((*buf)[:0])
 		return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
 	}
 	return c.base.Marshal(v)

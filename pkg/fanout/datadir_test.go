@@ -66,7 +66,7 @@ func TestDataDirRestart(t *testing.T) {
 		}
 		// Durable when Submit returns: the persister's watermark covers its revisions.
 		for j, r := range resp.GetResults() {
-			if got := n.persist.durableRev(); got < r.GetRevision() {
+			if got := n.persist.Durable(); got < r.GetRevision() {
 				t.Fatalf("Submit returned with revision %d, durable only up to %d", r.GetRevision(), got)
 			}
 			want[evs[j].TaskId] = resp.Versions[j]
@@ -144,7 +144,7 @@ func TestDataDirForgetsCollectedTombstones(t *testing.T) {
 	if c := n.table.Collect(cfg.Now()); c != 2 {
 		t.Fatalf("collected %d tombstones, want 2 (gone, late)", c)
 	}
-	waitFor(t, "the collected tombstones deleted on disk", func() bool { return n.persist.stats().Deletes == 2 })
+	waitFor(t, "the collected tombstones deleted on disk", func() bool { return n.persist.Stats().Deletes == 2 })
 	n.Close()
 	recs := storeRecords(t, st)
 	if _, ok := recs["gone"]; ok {
@@ -201,7 +201,7 @@ func TestDataDirCommitFailure(t *testing.T) {
 	fs.fail.Store(true)
 	_, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "1")}})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), ErrNotDurable.Error()) ||
-		tn.node.persist.stats().Err == "" {
+		tn.node.persist.Stats().Err == "" {
 		t.Fatalf("Submit with a failing disk: %v; want UNAVAILABLE from ErrNotDurable", err)
 	}
 	fs.fail.Store(false)
@@ -209,7 +209,7 @@ func TestDataDirCommitFailure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Submit once the disk works again: %v", err)
 	}
-	if d := tn.node.persist.durableRev(); d < resp.Results[0].Revision {
+	if d := tn.node.persist.Durable(); d < resp.Results[0].Revision {
 		t.Fatalf("durable %d below the accepted revision %d", d, resp.Results[0].Revision)
 	}
 	tn.node.Close()
@@ -243,7 +243,7 @@ func TestDataDirGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s := n.persist.stats()
+	s := n.persist.Stats()
 	if s.Records != writers*each || s.Commits >= writers*each {
 		t.Fatalf("%d records in %d commits; want all %d, in fewer commits than Submits", s.Records, s.Commits, writers*each)
 	}
@@ -278,11 +278,11 @@ func TestDataDirSubmitStream(t *testing.T) {
 		if resp.GetRequestId() != uint64(i+1) {
 			t.Fatalf("response %d is for request %d: QUEUED answers must keep the order", i, resp.GetRequestId())
 		}
-		if d := tn.node.persist.durableRev(); d < resp.GetResults()[0].GetRevision() {
+		if d := tn.node.persist.Durable(); d < resp.GetResults()[0].GetRevision() {
 			t.Fatalf("request %d answered at revision %d, durable only up to %d", i, resp.GetResults()[0].GetRevision(), d)
 		}
 	}
-	if s := tn.node.persist.stats(); s.Commits >= requests {
+	if s := tn.node.persist.Stats(); s.Commits >= requests {
 		t.Fatalf("%d pipelined requests took %d commits; want them shared", requests, s.Commits)
 	} else {
 		t.Logf("%d pipelined requests, %d commits", requests, s.Commits)
@@ -412,7 +412,7 @@ func TestDataDirDiskFull(t *testing.T) {
 	if err != nil || len(page.Entries) != 1 {
 		t.Fatalf("Get on a full disk: %v, %d entries; want p", err, len(page.GetEntries()))
 	}
-	if st := tn.node.persist.stats(); st.DiskFull == 0 || !st.Full {
+	if st := tn.node.persist.Stats(); st.DiskFull == 0 || !st.Full {
 		t.Errorf("persist stats %+v: want DiskFull counted and Full", st)
 	}
 

@@ -1,4 +1,4 @@
-package peers
+package frame
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func TestFrameOptions(t *testing.T) {
 		server []grpc.ServerOption
 		ok     bool
 	}{
-		{"both ends", []grpc.ServerOption{FrameServerOption()}, true},
+		{"both ends", []grpc.ServerOption{ServerOption()}, true},
 		{"ServerOptions", ServerOptions(), true},
 		{"server without", nil, false},
 	} {
@@ -52,7 +52,7 @@ func TestFrameOptions(t *testing.T) {
 			defer func() { srv.Stop(); <-served }()
 			cc, err := grpc.NewClient("passthrough:///bufnet",
 				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()), FrameDialOption())
+				grpc.WithTransportCredentials(insecure.NewCredentials()), DialOption())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,5 +89,23 @@ func TestFrameCodecCopiesTheFrame(t *testing.T) {
 	}
 	if _, err := codec.Marshal(struct{}{}); err == nil {
 		t.Fatal("marshalling something neither a frame nor a protobuf message was accepted")
+	}
+}
+
+// appended is an Appender: a one-byte head, then its bytes.
+type appended struct{ b []byte }
+
+func (a *appended) EncodedSize() int              { return 1 + len(a.b) }
+func (a *appended) AppendEncoded(b []byte) []byte { return append(append(b, 0x2a), a.b...) }
+
+func TestFrameCodecWritesAnAppender(t *testing.T) {
+	a := &appended{b: []byte{1, 2, 3}}
+	out, err := codec.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.b[0] = 9 // the caller may reuse its buffer once SendMsg returns
+	if got := out.Materialize(); !bytes.Equal(got, []byte{0x2a, 1, 2, 3}) {
+		t.Fatalf("marshalled appender %v, want [42 1 2 3]", got)
 	}
 }

@@ -1,4 +1,4 @@
-package fanout
+package persist
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/fanout/fanout/pkg/store"
 )
 
-// Store is the durable copy of the state table that --data-dir keeps: pkg/store.
+// Store is the durable copy of the state table that --data-dir keeps: *store.Store,
+// or a fake in tests.
 type Store interface {
 	// Load calls fn with every record; Key and Raw are valid until fn returns.
 	Load(fn func(store.Record) error) error
@@ -29,44 +31,96 @@ type Store interface {
 	Writable() error
 }
 
-// ErrNotDurable wraps a failed commit to the data dir: the events are applied in
-// memory and queued for the peers, but not on this node's disk.
-var ErrNotDurable = errors.New("fanout: not on disk")
+// ErrStopped: the persister has stopped (Close) short of the revision waited for.
+var ErrStopped = errors.New("persist: stopped")
+
+// CommitError is a failed commit to the Store: the changes it held are applied in
+// memory (and, in the node, queued for the peers) but not on disk. Wait returns it to
+// the waiters of the revisions it covered; the persister tries the same changes again
+// every Config.Retry.
+type CommitError struct {
+	// Cause is the Store's error (store.ErrDiskFull, store.ErrFailed, ...) or the
+	// state table's.
+	Cause error
+}
+
+func (e *CommitError) Error() string { return "persist: commit failed: " + e.Cause.Error() }
+
+func (e *CommitError) Unwrap() error { return e.Cause }
+
+// Config configures a Persister.
+type Config struct {
+	// Store receives every change of the table. Required.
+	Store Store
+	// Logger gets the commit failures and recoveries. Required.
+	Logger *slog.Logger
+	// Retry is the pause after a failed commit (a full disk, an I/O error): the same
+	// changes are tried again, and waiting Submits get the error meanwhile. 1s: a
+	// disk that fills up is not freed within milliseconds, and a retry costs a
+	// Writable check and maybe a failed fsync.
+	Retry time.Duration
+}
+
+// DefaultConfig returns a Config with the defaults; the caller sets Store and Logger.
+func DefaultConfig() Config { return Config{Retry: time.Second} }
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, configerr.New("persist.Config.Store", "must be set: the store opened for the data dir"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, configerr.New("persist.Config.Logger", "must be set"))
+	}
+	if c.Retry <= 0 {
+		errs = append(errs, configerr.New("persist.Config.Retry", "must be > 0, got %v (DefaultConfig has 1s)", c.Retry))
+	}
+	return errors.Join(errs...)
+}
 
 // Bounds of one commit: a persister far behind writes in steps, each durable on its
 // own, rather than one huge batch.
 const (
-	persistMaxEntries = 16 << 10
-	persistMaxBytes   = 8 << 20
-	// persistRetry is the pause after a failed commit (a full disk, an I/O error):
-	// the same changes are tried again, and waiting Submits get the error meanwhile.
-	persistRetry = time.Second
+	maxEntries = 16 << 10
+	maxBytes   = 8 << 20
 )
 
-// persister writes the state table's changes to the Store. One goroutine follows the
+// Persister writes the state table's changes to the Store. One goroutine follows the
 // table's revision log and commits everything new since its last commit in one
 // batch, with one fsync: writers that arrive while a commit syncs share the next one
-// (group commit). Submit waits, with wait, until its revisions are durable.
+// (group commit). Submit waits, with Wait, until its revisions are durable.
 //
-// Tombstones the table forgets (state.Config.Collected) are deleted from the store in
-// the next commit, unless the key has been written again by then.
-type persister struct {
+// Tombstones the table forgets (state.Config.Collected, set to Forgotten) are deleted
+// from the store in the next commit, unless the key has been written again by then.
+//
+// Its life: New, Forgotten as the table's Collected hook, state.New, Load (fills the
+// table, which the persister then follows), Start, then Wait, Fault, Stats from any
+// goroutine, and Close after every writer of the table has stopped.
+type Persister struct {
+	cfg   Config
 	store Store
-	table *state.Table
 	log   *slog.Logger
+	// table is set by Load, before Start; never changed after.
+	table *state.Table
 
 	kick chan struct{} // buffered 1: a tombstone was collected
-	stop chan struct{} // closed by close: flush what is left and exit
+	stop chan struct{} // closed by Close: flush what is left and exit
 	done chan struct{} // closed when run has exited
+	// started is set by Start (before run exists); read by Close on the same goroutine
+	// as Start, or after it.
+	started bool
+	closed  sync.Once
 
 	mu sync.Mutex
-	// durable is the revision up to which every change is on disk. Only run raises it.
+	// durable is the revision up to which every change is on disk. Set by Start,
+	// then only run raises it. Invariant: durable <= table.Revision().
 	durable uint64
 	// advanced is closed and replaced whenever durable rises or err changes.
 	advanced chan struct{}
 	// err is the last commit's error, nil once a commit succeeds again; it covered
-	// the revisions up to errUpTo. cause is the Store's error it wraps.
-	err     error
+	// the revisions up to errUpTo. cause is the Store's error it wraps (err.Cause).
+	// Invariant: err == nil iff cause == nil, and then errUpTo == 0.
+	err     *CommitError
 	errUpTo uint64
 	cause   error
 	// faulted is closed and replaced whenever err turns from nil to set or back:
@@ -81,14 +135,19 @@ type persister struct {
 	diskFull, ioErrors uint64
 }
 
-func newPersister(s Store, t *state.Table, log *slog.Logger) *persister {
-	return &persister{store: s, table: t, log: log,
+// New returns a persister of cfg.Store; it starts nothing.
+func New(cfg Config) (*Persister, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Persister{cfg: cfg, store: cfg.Store, log: cfg.Logger,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		advanced: make(chan struct{}), faulted: make(chan struct{})}
+		advanced: make(chan struct{}), faulted: make(chan struct{})}, nil
 }
 
-// forgotten is state.Config.Collected: it runs under the table's lock.
-func (p *persister) forgotten(key []byte) {
+// Forgotten is state.Config.Collected: the table forgot the tombstone of key, so the
+// next commit deletes it from the store. It runs under the table's lock.
+func (p *Persister) Forgotten(key []byte) {
 	p.mu.Lock()
 	p.collected = append(p.collected, append([]byte(nil), key...))
 	p.mu.Unlock()
@@ -98,12 +157,22 @@ func (p *persister) forgotten(key []byte) {
 	}
 }
 
-// run commits the table's changes after the durable revision until close, then
+// Start starts the goroutine that commits the table's changes, once Load has filled
+// the table: everything loaded is on disk already. Close stops it.
+func (p *Persister) Start() {
+	p.mu.Lock()
+	p.durable = p.table.Revision()
+	p.mu.Unlock()
+	p.started = true
+	go p.run()
+}
+
+// run commits the table's changes after the durable revision until Close, then
 // commits what is left and returns.
-func (p *persister) run() {
+func (p *Persister) run() {
 	defer close(p.done)
-	scan := state.Scan{After: p.durableRev(), Deletions: true, PastCompaction: true,
-		MaxEntries: persistMaxEntries, MaxBytes: persistMaxBytes}
+	scan := state.Scan{After: p.Durable(), Deletions: true, PastCompaction: true,
+		MaxEntries: maxEntries, MaxBytes: maxBytes}
 	var buf []state.Entry
 	var recs []store.Record
 	if err := p.store.Writable(); err != nil { // a full disk at start: not ready, and why
@@ -112,13 +181,13 @@ func (p *persister) run() {
 	for {
 		var retry <-chan time.Time
 		if err := p.flush(&scan, &buf, &recs); err != nil {
-			retry = time.After(persistRetry)
+			retry = time.After(p.cfg.Retry)
 		}
 		select {
 		case <-p.stop:
 			if err := p.flush(&scan, &buf, &recs); err != nil {
 				p.log.Error("data dir: the last changes could not be saved at shutdown; anti-entropy brings them back from the peers after the restart",
-					"err", err, "durable_revision", p.durableRev(), "latest_revision", p.table.Revision())
+					"err", err, "durable_revision", p.Durable(), "latest_revision", p.table.Revision())
 			}
 			return
 		case <-retry:
@@ -130,7 +199,7 @@ func (p *persister) run() {
 
 // flush commits every change after scan.After, in steps. On an error the scan is
 // put back, so that the same changes are tried again.
-func (p *persister) flush(scan *state.Scan, buf *[]state.Entry, recs *[]store.Record) error {
+func (p *Persister) flush(scan *state.Scan, buf *[]state.Entry, recs *[]store.Record) error {
 	if p.faultErr() != nil {
 		// Still failing? Asked even with nothing to commit, so that the fault is
 		// not taken for over before the disk can take a commit.
@@ -186,8 +255,8 @@ func (p *persister) flush(scan *state.Scan, buf *[]state.Entry, recs *[]store.Re
 
 // failed records a commit's error; the waiters for revisions up to upTo, the last
 // one it tried to write, get it.
-func (p *persister) failed(cause error, upTo uint64) error {
-	err := fmt.Errorf("%w: %v", ErrNotDurable, cause)
+func (p *Persister) failed(cause error, upTo uint64) error {
+	err := &CommitError{Cause: cause}
 	p.mu.Lock()
 	first := p.err == nil
 	p.err, p.errUpTo, p.cause = err, max(p.errUpTo, upTo), cause
@@ -211,15 +280,18 @@ func (p *persister) failed(cause error, upTo uint64) error {
 	return err
 }
 
-func (p *persister) faultErr() error {
+func (p *Persister) faultErr() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.err == nil {
+		return nil
+	}
 	return p.err
 }
 
-// fault is the node's readiness while commits fail: false and why ("disk full: …"),
+// Fault is the node's readiness while commits fail: false and why ("disk full: …"),
 // or true when they do not.
-func (p *persister) fault() (ok bool, reason string) {
+func (p *Persister) Fault() (ok bool, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -232,14 +304,15 @@ func (p *persister) fault() (ok bool, reason string) {
 	}
 }
 
-// faultChanged is closed when commits start or stop failing.
-func (p *persister) faultChanged() <-chan struct{} {
+// FaultChanged is closed when commits start or stop failing: Fault changes then.
+// Ask for it again after each close.
+func (p *Persister) FaultChanged() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.faulted
 }
 
-func (p *persister) advance(rev uint64, records, deletes int, took time.Duration) {
+func (p *Persister) advance(rev uint64, records, deletes int, took time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if records+deletes > 0 {
@@ -261,15 +334,17 @@ func (p *persister) advance(rev uint64, records, deletes int, took time.Duration
 	p.advanced = make(chan struct{})
 }
 
-func (p *persister) durableRev() uint64 {
+// Durable is the revision up to which every change of the table is on disk.
+func (p *Persister) Durable() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.durable
 }
 
-// wait returns once every change up to rev is on disk, or with the commit's error, or
-// ctx's, or ErrClosed once the persister has stopped short of rev.
-func (p *persister) wait(ctx context.Context, rev uint64) error {
+// Wait returns once every change up to rev is on disk, or with the commit's error (a
+// *CommitError), or ctx's, or ErrStopped once the persister has stopped short of rev.
+// Waiters that arrive while a commit syncs share the next one.
+func (p *Persister) Wait(ctx context.Context, rev uint64) error {
 	for {
 		p.mu.Lock()
 		durable, err, errUpTo, ch := p.durable, p.err, p.errUpTo, p.advanced
@@ -285,23 +360,28 @@ func (p *persister) wait(ctx context.Context, rev uint64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-p.done:
-			if p.durableRev() >= rev {
+			if p.Durable() >= rev {
 				return nil
 			}
-			return ErrClosed
+			return ErrStopped
 		}
 	}
 }
 
-// close commits what is left and stops run. Called once, after every writer of the
-// table has stopped.
-func (p *persister) close() {
-	close(p.stop)
-	<-p.done
+// Close commits what is left and stops run. Call it after every writer of the table
+// has stopped. Idempotent; without Start it does nothing.
+func (p *Persister) Close() {
+	p.closed.Do(func() {
+		if !p.started {
+			return
+		}
+		close(p.stop)
+		<-p.done
+	})
 }
 
-// persistStats are the persister's counters, for GetStatus and the metrics.
-type persistStats struct {
+// Stats are the persister's counters, for GetStatus and the metrics.
+type Stats struct {
 	Commits, Records, Deletes, Failures uint64
 	DiskFull, IOErrors                  uint64 // of Failures
 	Full                                bool   // failing now, the disk below the floor
@@ -310,11 +390,12 @@ type persistStats struct {
 	Err                                 string
 }
 
-func (p *persister) stats() persistStats {
+// Stats returns the counters.
+func (p *Persister) Stats() Stats {
 	latest := p.table.Revision()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := persistStats{Commits: p.commits, Records: p.records, Deletes: p.deletes, Failures: p.failures,
+	s := Stats{Commits: p.commits, Records: p.records, Deletes: p.deletes, Failures: p.failures,
 		DiskFull: p.diskFull, IOErrors: p.ioErrors, Full: p.err != nil && errors.Is(p.cause, store.ErrDiskFull),
 		LastCommit: p.lastCommit, Durable: p.durable, Latest: latest}
 	if p.err != nil {
@@ -323,50 +404,49 @@ func (p *persister) stats() persistStats {
 	return s
 }
 
-// load fills the empty table from the Store and moves the clock past everything the
-// store ever committed, so that this node's next version is above its last one before
-// the restart (SPEC §14). Called by New, before any goroutine runs.
-func (n *Node) load() error {
-	start, now := time.Now(), n.cfg.Now()
-	var loaded, expired, refused int
-	err := n.cfg.Store.Load(func(r store.Record) error {
+// Loaded is what Load found in the store.
+type Loaded struct {
+	// Keys were put in the table; Expired were tombstones past the table's
+	// TombstoneTTL (forgotten on disk too, in the first commit); Refused did not fit
+	// the table's bounds (not loaded).
+	Keys, Expired, Refused int
+	// Clock is the store's clock: the highest version it ever committed or raised.
+	Clock uint64
+}
+
+// Load fills the empty table t from the Store, every record as a write of t's own
+// node (it was in this table before: the whole bound), at now; the persister then
+// follows t. Call it once, before Start and before any other writer of t. The
+// caller moves its clock past Loaded.Clock.
+func (p *Persister) Load(t *state.Table, now time.Time) (Loaded, error) {
+	p.table = t
+	var l Loaded
+	err := p.store.Load(func(r store.Record) error {
 		off := wire.TaskIDOffset(r.Raw)
 		if off < 0 || off+len(r.Key) > len(r.Raw) || string(r.Raw[off:off+len(r.Key)]) != string(r.Key) {
 			return fmt.Errorf("record %q: its event does not decode, or names another task_id", r.Key)
 		}
 		w := state.Write{Key: r.Raw[off : off+len(r.Key)], KeyOffset: off, Raw: r.Raw,
 			Stamp: state.Stamp{Version: r.Version, Origin: r.Origin}, Submitted: r.Submitted, Deleted: r.Deleted,
-			Own: true} // it was in this table before: the whole bound
-		switch n.table.Put(&w, now).Outcome {
+			Own: true}
+		switch t.Put(&w, now).Outcome {
 		case state.Applied:
-			loaded++
-		case state.Stale: // a tombstone past --tombstone-ttl: forget it on disk too
-			expired++
-			n.persist.forgotten(r.Key)
+			l.Keys++
+		case state.Stale: // a tombstone past its ttl: forget it on disk too
+			l.Expired++
+			p.Forgotten(r.Key)
 		default:
-			refused++
+			l.Refused++
 		}
 		return nil
 	})
 	var corrupt *store.CorruptError
 	switch {
 	case errors.As(err, &corrupt): // says the way out itself
-		return fmt.Errorf("--data-dir: loading the state: %w", err)
+		return l, fmt.Errorf("--data-dir: loading the state: %w", err)
 	case err != nil:
-		return fmt.Errorf("--data-dir: loading the state: %w (to start empty instead, move the data dir aside: anti-entropy refills it from the peers)", err)
+		return l, fmt.Errorf("--data-dir: loading the state: %w (to start empty instead, move the data dir aside: anti-entropy refills it from the peers)", err)
 	}
-	hwm := n.cfg.Store.Clock()
-	n.clock.restore(hwm)
-	st := n.table.Stats()
-	n.log.Info("data dir loaded", "keys", loaded, "tombstones", st.Tombstones, "expired_tombstones", expired,
-		"clock_high_water_mark", hwm, "took", time.Since(start).Round(time.Millisecond).String())
-	if refused > 0 {
-		n.log.Warn("data dir holds more than the state table's bounds; the rest was not loaded (anti-entropy does not bring it back either): raise --state-max-keys or --state-max-bytes",
-			"refused", refused, "keys", st.Keys, "state_max_keys", n.cfg.State.MaxKeys, "bytes", st.Bytes, "state_max_bytes", n.cfg.State.MaxBytes)
-	}
-	if limit := maxVersion(now, maxObservedSkew); hwm > limit {
-		n.log.Warn("the data dir's clock is ahead of this host's clock: this node's versions continue from it, and peers refuse those more than 5m ahead of theirs; check the host clock",
-			"clock_high_water_mark", hwm, "wall_version", wallVersion(now))
-	}
-	return nil
+	l.Clock = p.store.Clock()
+	return l, nil
 }
