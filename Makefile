@@ -124,9 +124,9 @@ bench-store:
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzBatcher -fuzztime=$(FUZZTIME) ./pkg/batcher/
-	$(GO) test -run='^$$' -fuzz=FuzzValidateSubmit -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzReadSubmit -fuzztime=$(FUZZTIME) ./pkg/event/
 	$(GO) test -run='^$$' -fuzz=FuzzReplicateBytes -fuzztime=$(FUZZTIME) ./pkg/fanout/
-	$(GO) test -run='^$$' -fuzz=FuzzReadEvent -fuzztime=$(FUZZTIME) ./pkg/fanout/
+	$(GO) test -run='^$$' -fuzz=FuzzReadEvent -fuzztime=$(FUZZTIME) ./pkg/event/
 	$(GO) test -run='^$$' -fuzz=FuzzEachDelivery -fuzztime=$(FUZZTIME) ./internal/wire/
 	$(GO) test -run='^$$' -fuzz=FuzzTable -fuzztime=$(FUZZTIME) ./pkg/state/
 	$(GO) test -run='^$$' -fuzz=FuzzPageToken -fuzztime=$(FUZZTIME) ./pkg/fanout/

@@ -34,12 +34,12 @@ var sidecarSets = map[string]string{
 	"timingwheel.Config.Start":            "the node builds its wheel",
 	"purgatory.Config.Wheel":              "the node builds its purgatory",
 	"purgatory.Config.PurgeInterval":      "the node builds its purgatory",
+	"persist.Config.Store":                "the node builds its persister on fanout.Config.Store (--data-dir)",
+	"persist.Config.Logger":               "the node builds its persister",
+	"persist.Config.Retry":                "the node builds its persister (the default, 1s)",
 	"refresh.Config.MaxFactor":            "seed 001's 10x, not configurable",
 	"refresh.Config.Timeout":              "the default, min(--peers-refresh, 10s)",
 	"discovery.Config.Timeout":            "the default, 10s, at most --peers-refresh",
-	"persist.Config.Store":                "the node builds its persister, on fanout.Config.Store (--data-dir)",
-	"persist.Config.Logger":               "the node builds its persister",
-	"persist.Config.Retry":                "the default (1s), not configurable",
 }
 
 // fieldPath is how a library names a Config field in a configerr.Error, in its Field or

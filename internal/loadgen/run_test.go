@@ -16,6 +16,7 @@ import (
 
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -49,13 +50,13 @@ func startInProcess(t *testing.T, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.Handle(id, fanout.NewPeerServer(node).Replicate)
+		fake.Handle(id, grpcapi.NewPeerServer(node).Replicate)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := grpc.NewServer(frame.ServerOption()) // Subscribe sends frames
-		fanout.RegisterFanoutServer(srv, fanout.NewFanoutServer(node))
+		grpcapi.RegisterFanoutServer(srv, grpcapi.NewFanoutServer(node))
 		served := make(chan struct{})
 		go func() { defer close(served); srv.Serve(lis) }()
 		t.Cleanup(func() { node.Close(); srv.Stop(); <-served })

@@ -148,12 +148,17 @@ type EventHead struct {
 	// TTLSeconds and TTLNanos are the ttl merged over every ttl field, as their varints
 	// read (int64 and int32 in two's complement); both 0 without a ttl.
 	TTLSeconds, TTLNanos uint64
+	// Refused, when ReadEvent reports false, is the field whose content protobuf
+	// refuses: EventTaskID (not UTF-8), EventAttributes (an entry malformed or not
+	// UTF-8) or EventTTL (a malformed Duration); 0 for broken framing (a tag, a
+	// length or a varint cut short or invalid).
+	Refused protowire.Number
 }
 
 // ReadEvent reads an Event with protobuf's decoding rules: a string must be UTF-8, a
 // repeated scalar keeps its last value, a repeated message merges, a known field
 // number with another wire type is an unknown field. It reports false for bytes
-// protobuf would refuse. It does not allocate.
+// protobuf would refuse, with EventHead.Refused naming the field. It does not allocate.
 func ReadEvent(b []byte) (EventHead, bool) {
 	var h EventHead
 	whole := b
@@ -173,6 +178,7 @@ func ReadEvent(b []byte) (EventHead, bool) {
 			switch num {
 			case EventTaskID:
 				if !utf8.Valid(v) { // protobuf refuses every bad occurrence, not only the last
+					h.Refused = EventTaskID
 					return h, false
 				}
 				h.TaskID, h.TaskOff = v, len(whole)-len(b)-len(v)
@@ -181,12 +187,14 @@ func ReadEvent(b []byte) (EventHead, bool) {
 			case EventAttributes:
 				k, val, ok := readAttribute(v)
 				if !ok {
+					h.Refused = EventAttributes
 					return h, false
 				}
 				h.Attributes++
 				h.AttributeBytes += len(k) + len(val)
 			case EventTTL:
 				if !ReadSecondsNanos(v, &h.TTLSeconds, &h.TTLNanos) {
+					h.Refused = EventTTL
 					return h, false
 				}
 			}

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,7 +8,7 @@ import (
 	"time"
 )
 
-// Errors of peer authentication; the gRPC adapters map them to UNAUTHENTICATED and
+// Errors of peer authentication; the gRPC edge maps them to UNAUTHENTICATED and
 // PERMISSION_DENIED.
 var (
 	// ErrUnauthenticated: peers must authenticate (mutual TLS) and this call did not.
@@ -17,6 +16,18 @@ var (
 	// ErrForbidden: the caller wrote as another node than itself.
 	ErrForbidden = errors.New("fanout: origin is not the caller")
 )
+
+// Caller is the peer that made a call, as its listener authenticated it. The edge
+// reads it from its connection (pkg/grpcapi: the verified client certificate of
+// mutual TLS) and hands it to the node as data; the node decides with it
+// (Config.AuthenticatePeers).
+type Caller struct {
+	// IDs are the node identities the caller's certificate names.
+	IDs []string
+	// Authenticated: the call came with a verified client certificate. The zero
+	// Caller is a call that did not.
+	Authenticated bool
+}
 
 // refusals counts the peer calls authorize refused, for /metrics, and spaces the
 // WARN lines about them.
@@ -28,17 +39,16 @@ type refusals struct {
 // refusalLogEvery spaces the WARN lines: a misconfigured or hostile peer retries.
 const refusalLogEvery = 10 * time.Second
 
-// authorize checks, with peers authenticated (Config.CallerIDs), that the caller in
-// ctx is origin: a peer writes (Replicate) and pushes (anti-entropy Push) only as
-// itself.
-func (n *Node) authorize(ctx context.Context, origin string) error {
-	if n.cfg.CallerIDs == nil {
+// authorize checks, with peers authenticated (Config.AuthenticatePeers), that from
+// is origin: a peer writes (Replicate) and pushes (anti-entropy Push) only as itself.
+func (n *Node) authorize(from Caller, origin string) error {
+	if !n.cfg.AuthenticatePeers {
 		return nil
 	}
-	ids, ok := n.cfg.CallerIDs(ctx)
+	ids := from.IDs
 	var err error
 	switch {
-	case !ok:
+	case !from.Authenticated:
 		n.refused.unauthenticated.Add(1)
 		err = fmt.Errorf("%w: the peer listener requires a client certificate", ErrUnauthenticated)
 	case !slices.Contains(ids, origin):

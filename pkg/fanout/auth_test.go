@@ -2,31 +2,27 @@ package fanout
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
-type callerKey struct{}
-
 // TestPeerCallsBoundToTheCaller: with peers authenticated, Replicate and anti-entropy
-// Push are refused unless they name the caller's own id (PERMISSION_DENIED) or when
-// the call is not authenticated (UNAUTHENTICATED), and counted; a Push from the caller
-// may carry other origins' entries, which are taken and counted as relayed.
+// Push are refused unless they name the caller's own id (ErrForbidden: the edge says
+// PERMISSION_DENIED) or when the call is not authenticated (ErrUnauthenticated:
+// UNAUTHENTICATED), and counted; a Push from the caller may carry other origins'
+// entries, which are taken and counted as relayed. pkg/grpcapi's
+// TestPeerCallerFromTheConnection checks the edge's part: the caller it reads, the codes.
 func TestPeerCallsBoundToTheCaller(t *testing.T) {
 	cfg := testConfig("r")
-	cfg.CallerIDs = func(ctx context.Context) ([]string, bool) {
-		ids, ok := ctx.Value(callerKey{}).([]string)
-		return ids, ok
-	}
+	cfg.AuthenticatePeers = true
 	n := startTestNode(t, cfg).node
-	ps := NewPeerServer(n)
-	as := func(ids ...string) context.Context { return context.WithValue(context.Background(), callerKey{}, ids) }
-	replicate := func(ctx context.Context, origin string) error {
-		_, err := ps.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: origin, Events: []*fanoutv1.Event{{TaskId: "t-" + origin, Version: 1}}})
+	as := func(ids ...string) Caller { return Caller{IDs: ids, Authenticated: true} }
+	unauthenticated := Caller{}
+	replicate := func(from Caller, origin string) error {
+		_, err := n.Replicate(context.Background(), from, &fanoutv1.ReplicateRequest{OriginNode: origin, Events: []*fanoutv1.Event{{TaskId: "t-" + origin, Version: 1}}})
 		return err
 	}
 	entry := func(task, origin string) *fanoutv1.SyncEntry {
@@ -36,8 +32,8 @@ func TestPeerCallsBoundToTheCaller(t *testing.T) {
 		}
 		return &fanoutv1.SyncEntry{Event: raw, Origin: origin}
 	}
-	push := func(ctx context.Context, caller string, entries ...*fanoutv1.SyncEntry) error {
-		_, err := ps.Push(ctx, &fanoutv1.PushRequest{NodeId: caller, Entries: entries})
+	push := func(from Caller, caller string, entries ...*fanoutv1.SyncEntry) error {
+		_, err := n.Push(from, &fanoutv1.PushRequest{NodeId: caller, Entries: entries})
 		return err
 	}
 
@@ -47,15 +43,15 @@ func TestPeerCallsBoundToTheCaller(t *testing.T) {
 	for _, c := range []struct {
 		what string
 		err  error
-		code codes.Code
+		want error
 	}{
-		{"Replicate as another", replicate(as("x"), "y"), codes.PermissionDenied},
-		{"Replicate unauthenticated", replicate(context.Background(), "x"), codes.Unauthenticated},
-		{"Push as another", push(as("x"), "y", entry("p/1", "y")), codes.PermissionDenied},
-		{"Push unauthenticated", push(context.Background(), "x", entry("p/2", "x")), codes.Unauthenticated},
+		{"Replicate as another", replicate(as("x"), "y"), ErrForbidden},
+		{"Replicate unauthenticated", replicate(unauthenticated, "x"), ErrUnauthenticated},
+		{"Push as another", push(as("x"), "y", entry("p/1", "y")), ErrForbidden},
+		{"Push unauthenticated", push(unauthenticated, "x", entry("p/2", "x")), ErrUnauthenticated},
 	} {
-		if status.Code(c.err) != c.code {
-			t.Errorf("%s: %v, want %s", c.what, c.err, c.code)
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: %v, want %v", c.what, c.err, c.want)
 		}
 	}
 	if got := n.refused.origin.Load(); got != 2 {

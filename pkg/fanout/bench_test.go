@@ -1,36 +1,40 @@
-package fanout
+package fanout_test
 
 import (
 	"context"
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/peers"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // benchPair starts receiver "b" on a real loopback TCP listener and origin "a" whose
 // peer is b, with the given worker count, and a subscriber on b that counts. unary:
 // batches go as unary Replicate calls instead of on a ReplicateStream.
-func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan struct{}, func()) {
+func benchPair(b *testing.B, workers int, unary bool) (*fanout.Node, *fanout.Node, <-chan struct{}, func()) {
 	b.Helper()
 	// Every event has its own key, and b.N passed a million (the default
 	// --state-max-keys) at 2 s of -benchtime: a full table refuses new keys, and the
 	// benchmark waited forever for events never sent. Both tables get room for 8M.
-	roomy := func(cfg *Config) {
+	roomy := func(cfg *fanout.Config) {
 		cfg.State.MaxKeys = 8 << 20
 		cfg.State.MaxBytes = 4 << 30
 	}
-	recvCfg := testConfig("b")
+	recvCfg := fanout.TestConfig("b")
 	roomy(&recvCfg)
-	nb, err := New(recvCfg)
+	nb, err := fanout.New(recvCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -39,17 +43,17 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 		b.Fatal(err)
 	}
 	srv := grpc.NewServer(frame.ServerOptions()...)
-	RegisterPeerServer(srv, NewPeerServer(nb))
+	grpcapi.RegisterPeerServer(srv, grpcapi.NewPeerServer(nb))
 	go srv.Serve(lis)
 
-	sendCfg := testConfig("a", lis.Addr().String())
+	sendCfg := fanout.TestConfig("a", lis.Addr().String())
 	sendCfg.Batcher.Workers = workers
 	sendCfg.Batcher.MaxBuffer = 100_000
 	roomy(&sendCfg)
-	sendCfg.Dial = func(addr string) (Replicator, error) {
+	sendCfg.Dial = func(addr string) (fanout.Replicator, error) {
 		return peers.Dial(addr, peers.Options{MaxMessageBytes: 64 << 20, Unary: unary})
 	}
-	na, err := New(sendCfg)
+	na, err := fanout.New(sendCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +62,7 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 	done := make(chan struct{})
 	go func() { // one entry per frame (max_batch 0)
 		defer close(done)
-		_ = nb.Subscribe(ctx, &fanoutv1.SubscribeRequest{}, func(*frame.Frame) error {
+		_ = nb.Subscribe(ctx, &fanoutv1.SubscribeRequest{}, func([]byte) error {
 			select {
 			case got <- struct{}{}:
 				return nil
@@ -70,7 +74,7 @@ func benchPair(b *testing.B, workers int, unary bool) (*Node, *Node, <-chan stru
 	// The stream reads changes after the revision it registers at: an event stored
 	// before would be missed, and the benchmark would wait for it forever (it did, once
 	// in ~15 runs on a loaded machine).
-	for nb.subscribers.Load() == 0 {
+	for nb.Status().GetSubscribers() == 0 {
 		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
 	}
 	return na, nb, got, func() {
@@ -106,7 +110,7 @@ func appendSubmitRequest(b []byte, first, k int, payload []byte) []byte {
 	return b
 }
 
-// BenchmarkPipeline measures events/s from a Submit's bytes (Node.submitFrame, what the
+// BenchmarkPipeline measures events/s from a Submit's bytes (Node.SubmitBytes, what the
 // app listener runs) on one node to the subscriber
 // queue of its peer over loopback gRPC, unique task_ids, 100-byte payloads, by workers
 // per peer and by protocol (ReplicateStream or unary Replicate calls). It is how the
@@ -126,17 +130,17 @@ func BenchmarkPipeline(b *testing.B) {
 				b.ResetTimer()
 				start := time.Now()
 				go func() {
-					f := new(frame.Frame)
+					var req []byte
 					for i := 0; i < b.N; i += perReq {
 						k := min(perReq, b.N-i)
 						for range k {
 							window <- struct{}{}
 						}
-						f.B = appendSubmitRequest(f.B[:0], i, k, payload)
-						if _, err := na.submitFrame(context.Background(), f); err != nil {
+						req = appendSubmitRequest(req[:0], i, k, payload)
+						if _, err := na.SubmitBytes(context.Background(), req); err != nil {
 							panic(err)
 						}
-						if got := na.submitted[subAccepted].Load(); got != uint64(i+k) {
+						if got := na.AcceptedEvents(); got != uint64(i+k) {
 							panic(fmt.Sprintf("%d of %d events accepted: the benchmark would wait for the others forever", got, i+k))
 						}
 					}
@@ -163,14 +167,78 @@ func BenchmarkRoundTrip(b *testing.B) {
 			payload := make([]byte, 100)
 			b.ReportAllocs()
 			b.ResetTimer()
-			f := new(frame.Frame)
+			var req []byte
 			for i := range b.N {
-				f.B = appendSubmitRequest(f.B[:0], i, 1, payload)
-				if _, err := na.submitFrame(context.Background(), f); err != nil {
+				req = appendSubmitRequest(req[:0], i, 1, payload)
+				if _, err := na.SubmitBytes(context.Background(), req); err != nil {
 					b.Fatal(err)
 				}
 				<-got
 			}
+		})
+	}
+}
+
+// BenchmarkSubmitGRPC measures the app listener's Submit over loopback gRPC: a client
+// calls FanoutService.Submit with batch events of 100 bytes (new keys), and the node
+// validates, versions, stores and queues them for two fake peers that answer OK at
+// once. ns/op is CPU per call (16 calls in flight), and with allocs/op it counts client and server together: the client's
+// share is the same whatever the server does with the request's bytes, so an A/B of
+// two server revisions measures the server's (docs/BENCHMARKS.md, issue 13 item 3).
+func BenchmarkSubmitGRPC(b *testing.B) {
+	for _, batch := range []int{1, 10} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			fake := peers.NewFakeNetwork()
+			ok := func(_ context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+				return &fanoutv1.ReplicateResponse{NodeId: "p", Statuses: make([]fanoutv1.ItemStatus, len(req.Events))}, nil
+			}
+			fake.Handle("p1", ok)
+			fake.Handle("p2", ok)
+			cfg := fanout.TestConfig("a", "p1", "p2")
+			cfg.Batcher.MaxBuffer = 1 << 20
+			cfg.State.MaxKeys = 8 << 20
+			cfg.State.MaxBytes = 4 << 30
+			cfg.Dial = func(addr string) (fanout.Replicator, error) { return fake.Dial(addr), nil }
+			n, err := fanout.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer n.Close()
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := grpc.NewServer(frame.ServerOptions()...)
+			grpcapi.RegisterFanoutServer(srv, grpcapi.NewFanoutServer(n))
+			go srv.Serve(lis)
+			defer srv.Stop()
+			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			client := fanoutv1.NewFanoutServiceClient(cc)
+			payload := make([]byte, 100)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(8) // 16 calls in flight on 2 cores: the CPU, not the round trip, bounds ns/op
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req := &fanoutv1.SubmitRequest{Events: make([]*fanoutv1.Event, batch)}
+				for pb.Next() {
+					i := int(next.Add(1))
+					for k := range req.Events {
+						req.Events[k] = &fanoutv1.Event{TaskId: "t-" + strconv.Itoa(i*batch+k), Payload: payload}
+					}
+					resp, err := client.Submit(context.Background(), req)
+					if err != nil {
+						panic(err)
+					}
+					if len(resp.GetResults()) != batch || resp.GetResults()[0].GetOutcome() != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED {
+						panic(fmt.Sprintf("not accepted: %v", resp))
+					}
+				}
+			})
 		})
 	}
 }

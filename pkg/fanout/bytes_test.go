@@ -137,7 +137,7 @@ func TestPendingBoundedInBytes(t *testing.T) {
 // stamps, and an entry bigger than that goes alone.
 func TestMessagesFitDefaultClient(t *testing.T) {
 	cfg := testConfig("s")
-	if e := cfg.Limits.EntryBytes(); e > defaultClientRecvBytes {
+	if e := entryBytes(cfg.Limits); e > defaultClientRecvBytes {
 		t.Fatalf("EntryBytes %d with the default limits, more than a default client takes", e)
 	}
 	tn := startTestNode(t, cfg)
@@ -160,7 +160,7 @@ func TestMessagesFitDefaultClient(t *testing.T) {
 	events = append(events, &fanoutv1.Event{TaskId: strings.Repeat("m", cfg.Limits.MaxTaskIDBytes), Version: 1, Payload: make([]byte, cfg.Limits.MaxEventBytes)})
 	for len(events) > 0 {
 		n := min(len(events), 10)
-		if _, err := tn.node.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: origin, Events: events[:n]}); err != nil {
+		if _, err := tn.node.Replicate(ctx, Caller{}, &fanoutv1.ReplicateRequest{OriginNode: origin, Events: events[:n]}); err != nil {
 			t.Fatal(err)
 		}
 		events = events[n:]
@@ -198,7 +198,7 @@ func TestGetPageEndsBeforeABigEntry(t *testing.T) {
 	tn := startTestNode(t, testConfig("g"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := tn.node.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: "a", Events: []*fanoutv1.Event{
+	if _, err := tn.node.Replicate(ctx, Caller{}, &fanoutv1.ReplicateRequest{OriginNode: "a", Events: []*fanoutv1.Event{
 		{TaskId: "a/small", Version: 1}, {TaskId: "b/other", Version: 1}, {TaskId: "a/big", Version: 1, Payload: make([]byte, getPageBytes)},
 	}}); err != nil {
 		t.Fatal(err)

@@ -89,12 +89,12 @@ type Config struct {
 	// disk. The caller opens and closes it (after Close). nil: memory only.
 	Store persist.Store
 
-	// CallerIDs returns the node identities of the peer that made the call in ctx,
-	// authenticated by the peer listener (mutual TLS), and ok false if the call was
-	// not authenticated. With it, a Replicate whose origin_node is not among its
-	// caller's identities is refused (PERMISSION_DENIED): a peer writes only as
-	// itself. nil: peers are not authenticated (plaintext), and every origin is taken.
-	CallerIDs func(ctx context.Context) (ids []string, ok bool)
+	// AuthenticatePeers: the peer listener authenticates its callers (mutual TLS),
+	// and a Replicate or Push whose origin_node is not among its Caller's IDs is
+	// refused (ErrForbidden; ErrUnauthenticated for a call without a verified
+	// certificate): a peer writes only as itself. false: peers are not authenticated
+	// (plaintext), and every origin is taken.
+	AuthenticatePeers bool
 	// ReadyCheck, if set, is asked at every readiness check (Readiness, GetStatus,
 	// /readyz, fanout_ready): while it returns an error the node is not ready, with
 	// the error as the reason. The bootstrap also waits for it to pass (asked every
@@ -217,7 +217,7 @@ func (c *Config) PeerMessageBytes() int {
 // SubmitResponse of MaxEvents results is far smaller. Subscribe and Get keep to their
 // own bounds; this is the backstop.
 func (c *Config) AppSendBytes() int {
-	return maxBatchBytes + c.Limits.EntryBytes() + messageOverhead
+	return maxBatchBytes + entryBytes(c.Limits) + messageOverhead
 }
 
 func (c *Config) fillDefaults() {

@@ -12,8 +12,6 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/store"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // openStore opens a pebble store in dir, closed at the end of the test (and by the
@@ -200,7 +198,7 @@ func TestDataDirCommitFailure(t *testing.T) {
 	ctx := context.Background()
 	fs.fail.Store(true)
 	_, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "1")}})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), ErrNotDurable.Error()) ||
+	if !errors.Is(err, ErrNotDurable) || // the edge's UNAVAILABLE
 		tn.node.persist.Stats().Err == "" {
 		t.Fatalf("Submit with a failing disk: %v; want UNAVAILABLE from ErrNotDurable", err)
 	}
@@ -309,7 +307,7 @@ func TestDataDirClockLease(t *testing.T) {
 	}
 	fs.fail.Store(true) // x is applied and queued for the peers, but never committed
 	resp, err := n.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "first")}})
-	if status.Code(toStatus(err)) != codes.Unavailable {
+	if !errors.Is(err, ErrNotDurable) { // the edge's UNAVAILABLE
 		t.Fatalf("Submit with a failing disk: %v, %v; want UNAVAILABLE", resp, err)
 	}
 	sent, _ := n.table.Get([]byte("x"))
@@ -400,11 +398,11 @@ func TestDataDirDiskFull(t *testing.T) {
 	}
 	waitReadiness(false, "disk full: 1.0 MiB free on /data, below the floor")
 	_, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "1")}})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "disk full") {
+	if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), "disk full") { // the edge's UNAVAILABLE
 		t.Fatalf("Submit on a full disk: %v; want UNAVAILABLE saying disk full", err)
 	}
 	// A peer's write is applied in memory, and served.
-	if _, err := tn.node.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: "b", Events: []*fanoutv1.Event{
+	if _, err := tn.node.Replicate(ctx, Caller{}, &fanoutv1.ReplicateRequest{OriginNode: "b", Events: []*fanoutv1.Event{
 		{TaskId: "p", Version: 7}}}); err != nil {
 		t.Fatalf("Replicate on a full disk: %v", err)
 	}

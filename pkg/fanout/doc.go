@@ -1,20 +1,21 @@
-// Package fanout is the sidecar's domain core and its gRPC edges: the FanoutService
-// the local app talks to, the PeerService other sidecars talk to, and the Node between
-// them.
+// Package fanout is the sidecar's domain core: the Node behind the FanoutService the
+// local app talks to and the PeerService other sidecars talk to. The node knows no
+// gRPC: it takes requests as bytes and answers with bytes and errors; its gRPC edge,
+// pkg/grpcapi, decodes, calls it and maps its errors to status codes.
 //
 // # Life of an event
 //
-// Submit. The app sends a SubmitRequest; RegisterFanoutServer's Submit handler (and
-// SubmitStream, which reads frames) hands its bytes to the node undecoded, and maps
-// errors to status codes (toStatus is the only place that picks a code). The node
-// (submit.go)
+// Submit. The app sends a SubmitRequest; the edge hands its bytes to the node
+// undecoded (SubmitBytes; a SubmitStream's requests go to ServeSubmitStream, which
+// keeps their answers' order, runs the ack-waiting ones concurrently and lets the
+// QUEUED ones share commits: submitstream.go). The node (submit.go)
 //
-//  1. refuses everything while draining (ErrDraining → UNAVAILABLE);
-//  2. reads the request with internal/wire (ParseSubmit, and readEvent for each event)
-//     and validates the whole of it against Limits before touching anything. A bad
-//     request is then decoded, only to name the field ("events[3].task_id: empty",
-//     validateSubmit's words; FuzzReadSubmit checks that the reader and the decoder
-//     agree), and nothing of it is applied;
+//  1. refuses everything while draining (ErrDraining; the edge says UNAVAILABLE);
+//  2. reads the request from its bytes and validates the whole of it against Limits
+//     before touching anything (package event's ReadSubmit, which reads each byte
+//     once and decodes nothing). A bad request gets an error naming the field
+//     ("events[3].task_id: empty"), from what the reader read, and nothing of it is
+//     applied;
 //  3. refuses a version more than a minute ahead of the node's clock, so that no single
 //     write can win a key's last-writer-wins order for good (2^64-1 would);
 //  4. gives every event with version 0 a version from the node's hybrid logical clock
@@ -40,7 +41,10 @@
 // answers with our own id is this node listed among its peers, and the link is
 // dropped.
 //
-// Receive. PeerServer.Replicate validates the request, then each event: an invalid one
+// Receive. ReplicateBytes (a peer's Replicate call) and ServeReplicateStream (each
+// batch of its ReplicateStream, answered in order through a ReplicateStream the edge
+// implements) validate the request, check its origin against the Caller the edge read
+// from the connection (auth.go, with Config.AuthenticatePeers), then each event: an invalid one
 // (or one more than five minutes ahead of the clock) is INVALID; one from our own
 // origin is never stored: STALE if the table holds it or newer (an echo), else
 // INVALID and counted (origin.go); otherwise the state table stores it if (version,
@@ -49,15 +53,14 @@
 // is kept for this node's app): the sender pauses and retries. No reader is
 // involved, so a slow or absent app never pushes back on its peers.
 //
-// The receive path is pass-through (wire.go): RegisterPeerServer's handler hands the
-// request's bytes to the node undecoded; internal/wire's readers take each event's
-// task_id, version and deleted flag, and readEvent checks the limits exactly as
-// decoding and validateEvent would (FuzzReadEvent); a stored event is one copy of its
+// The receive path is pass-through (wire.go): the edge hands the request's bytes to the
+// node undecoded; package event's ReadEvent takes each event's
+// task_id, version and deleted flag and checks the limits by the same rules as
+// Submit's reader (FuzzReadEvent holds it to protobuf's decoding); a stored event is one copy of its
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
-// unchanged (internal/wire's writers). The frame codec (pkg/peers) passes such frames
-// through and leaves every other message to gRPC's protobuf codec; it is an option of
-// the server (frame.ServerOption, in frame.ServerOptions), not a process-wide
-// registration.
+// unchanged (internal/wire's writers), through a send func that takes bytes. At the
+// edge, internal/frame's codec passes such bytes through gRPC as frames and leaves
+// every other message to gRPC's protobuf codec.
 //
 // Read. Get and Subscribe read the state table (get.go, subscribe.go). Get returns the
 // entries of some task_ids, or pages through a prefix in revision order. Subscribe is
@@ -68,8 +71,8 @@
 // waits on Table.Changed when it has read everything. So a reader that falls behind
 // sees each key once at its latest, costs no memory, and never blocks a writer or
 // another reader. Its messages stay under max_batch_bytes. A stream that falls behind
-// the tombstone horizon (it could miss a deletion) ends with OUT_OF_RANGE, and so does
-// a from_revision below it: the client subscribes again with a snapshot. A snapshot
+// the tombstone horizon (it could miss a deletion) ends with ErrCompacted (the edge
+// says OUT_OF_RANGE), and so does a from_revision below it: the client subscribes again with a snapshot. A snapshot
 // waits until the node's bootstrap has ended (Ready), unless the request sets
 // allow_unsynced: before, the table is half-synced, and an app that rebuilds its
 // cache from the snapshot (an informer) would see keys vanish or go back to older
@@ -90,8 +93,10 @@
 //
 // New starts run (which drops self-links), the tombstone collector (every quarter of
 // --tombstone-ttl) and the timing wheel's driver (asleep while no ack waits); each
-// batcher starts its own acceptor and workers. A Subscribe stream runs on its gRPC
-// handler's goroutine. Close cancels and waits for all of them, then closes the
+// batcher starts its own acceptor and workers. A Subscribe or a replicate stream runs
+// on its caller's goroutine (the edge's handler); ServeSubmitStream starts a goroutine
+// per ack-waiting request and one that answers QUEUED requests once on disk, and waits
+// for them before it returns. Close cancels and waits for all of them, then closes the
 // batchers and connections. Drain marks the node draining and waits for the batchers to
 // empty. Status and the Prometheus Collector read atomics and batcher Stats, so neither
 // adds work to the hot path.

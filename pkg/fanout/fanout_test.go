@@ -2,28 +2,23 @@ package fanout
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testNode is a Node served over bufconn, the way handler tests exercise the real gRPC
-// stack without sockets.
+// testNode is a Node with in-process clients that call it as its listeners do
+// (client_test.go): the node's package knows no gRPC, and pkg/grpcapi's tests serve
+// it over bufconn.
 type testNode struct {
 	node *Node
-	app  fanoutv1.FanoutServiceClient
-	peer fanoutv1.PeerServiceClient
-	cc   *grpc.ClientConn // nil for nodes on a FakeNetwork
+	app  appClient
+	peer peerClient
 }
 
 func testConfig(id string, peerAddrs ...string) Config {
@@ -43,24 +38,8 @@ func startTestNode(t *testing.T, cfg Config) *testNode {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(frame.ServerOption())
-	RegisterFanoutServer(srv, NewFanoutServer(n))
-	RegisterPeerServer(srv, NewPeerServer(n))
-	go srv.Serve(lis)
-	cc, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		frame.DialOption()) // tests send raw Replicate frames
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() {
-		cc.Close()
-		n.Close()
-		srv.Stop()
-	})
-	return &testNode{node: n, app: fanoutv1.NewFanoutServiceClient(cc), peer: fanoutv1.NewPeerServiceClient(cc), cc: cc}
+	t.Cleanup(n.Close)
+	return &testNode{node: n, app: appClient{n}, peer: peerClient{n}}
 }
 
 // cluster wires len(ids) nodes through a FakeNetwork: node i's peers are the others,
@@ -83,8 +62,7 @@ func cluster(t *testing.T, ids []string, tweak func(*Config)) map[string]*testNo
 		}
 		tn := startTestNode(t, cfg)
 		nodes[id] = tn
-		ps := NewPeerServer(tn.node)
-		fake.Handle(id, ps.Replicate)
+		fake.Handle(id, tn.peer.Replicate)
 	}
 	return nodes
 }

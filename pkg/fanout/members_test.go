@@ -23,7 +23,7 @@ func fakeMember(t *testing.T, fake *peers.FakeNetwork, id, addr string, peerAddr
 		tweak(&cfg)
 	}
 	tn := startTestNode(t, cfg)
-	fake.Handle(addr, NewPeerServer(tn.node).Replicate)
+	fake.Handle(addr, tn.peer.Replicate)
 	return tn
 }
 
@@ -176,7 +176,7 @@ func TestPeerSetChanges(t *testing.T) {
 	if got := a.node.members.returned.Load(); got != 1 {
 		t.Fatalf("returned = %d, want 1", got)
 	}
-	fake.Handle("c", NewPeerServer(c.node).Replicate)
+	fake.Handle("c", c.peer.Replicate)
 	waitFor(t, "c to get the event queued before it flapped", func() bool { return has(c, "flap") })
 	time.Sleep(grace) // a grace that was not cancelled would close the link now
 	if p := peerByAddr(a.node.Status(), "c"); p == nil || p.GetRemoving() {

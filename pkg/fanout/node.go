@@ -11,7 +11,6 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/antientropy"
@@ -23,7 +22,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Errors of the Node's domain API; the gRPC adapters map them to status codes.
+// Errors of the Node's domain API; the gRPC edge (pkg/grpcapi) maps them to status
+// codes.
 var (
 	// ErrDraining: the node is shutting down and takes no new submissions.
 	ErrDraining = errors.New("fanout: draining, not accepting submissions")
@@ -167,7 +167,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.links.Store(&links)
-	if e := cfg.Limits.EntryBytes(); e > defaultClientRecvBytes {
+	if e := entryBytes(cfg.Limits); e > defaultClientRecvBytes {
 		n.log.Warn("an entry at --max-event-bytes is bigger than gRPC clients receive by default: a Subscribe message "+
 			"or a Get page can be this big, so apps must raise their client's receive limit (e.g. grpc.MaxCallRecvMsgSize)",
 			"max_event_bytes", cfg.Limits.MaxEventBytes, "message_bytes", e, "client_default_bytes", defaultClientRecvBytes)
@@ -259,46 +259,47 @@ func (n *Node) startLinks(addrs []string) ([]*link, error) {
 func (n *Node) ID() string { return n.cfg.NodeID }
 
 // Replicate admits a batch from a peer: each valid event that is newer than the
-// state table's entry is stored. Events that arrive here are never sent on. The peer
-// listener calls replicateFrame with the request's bytes; this form, for callers that
-// hold a decoded request (tests, the in-memory FakeNetwork), encodes it and does the
-// same.
-func (n *Node) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+// state table's entry is stored. Events that arrive here are never sent on. from is
+// the peer that sent it, as its listener authenticated it (Config.AuthenticatePeers).
+// The peer listener calls ReplicateBytes with the request's bytes; this form, for
+// callers that hold a decoded request (tests, the in-memory FakeNetwork), encodes it
+// and does the same.
+func (n *Node) Replicate(ctx context.Context, from Caller, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil, invalid("request", "%v", err)
 	}
-	return n.replicateFrame(ctx, &frame.Frame{B: b})
+	return n.ReplicateBytes(ctx, from, b)
 }
 
-// replicateFrame admits the ReplicateRequest encoded in f. It validates the request as
-// a whole first (origin, sizes), then answers one status per event. f may be reused
-// once it returns: the table copies what it keeps.
-func (n *Node) replicateFrame(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
+// ReplicateBytes admits the ReplicateRequest encoded in b, sent by from. It validates
+// the request as a whole first (origin, sizes), then answers one status per event. b
+// may be reused once it returns: the table copies what it keeps.
+func (n *Node) ReplicateBytes(ctx context.Context, from Caller, b []byte) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
 	var req wire.Replicate
-	if err := wire.ParseReplicate(f.B, &req); err != nil {
+	if err := wire.ParseReplicate(b, &req); err != nil {
 		return nil, errNotProtobuf
 	}
-	return n.replicateParsed(ctx, &req)
+	return n.replicateParsed(ctx, from, &req)
 }
 
 // errNotProtobuf answers a request that is not a valid protobuf message. The README
 // quotes it.
 var errNotProtobuf = invalid("request", "not a valid protobuf message")
 
-// replicateParsed is replicateFrame after the request is read (a ReplicateStream
+// replicateParsed is ReplicateBytes after the request is read (a ReplicateStream
 // reads its batches itself).
-func (n *Node) replicateParsed(ctx context.Context, req *wire.Replicate) (*fanoutv1.ReplicateResponse, error) {
+func (n *Node) replicateParsed(_ context.Context, caller Caller, req *wire.Replicate) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
 	}
 	if err := n.validateReplicate(req); err != nil {
 		return nil, err
 	}
-	if err := n.authorize(ctx, req.Origin); err != nil {
+	if err := n.authorize(caller, req.Origin); err != nil {
 		return nil, err
 	}
 	n.noteCaller(req.Origin)
@@ -341,7 +342,7 @@ func (n *Node) validateReplicate(req *wire.Replicate) error {
 // event of this node's own origin is never stored (origin.go).
 // src counts the request's writes for its sender.
 func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound, limit uint64, src *sourceCount) fanoutv1.ItemStatus {
-	h, ok := n.cfg.Limits.readEvent(raw)
+	h, ok := n.cfg.Limits.ReadEvent(raw)
 	if !ok {
 		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
 	}

@@ -200,7 +200,7 @@ func TestOwnOriginAfterRestart(t *testing.T) {
 					applied, len(entries), second.own.syncRefused.Load(), second.own.syncRestored.Load(), wantApplied)
 			}
 			for _, e := range entries {
-				h, _ := second.cfg.Limits.readEvent(e.GetEvent())
+				h, _ := second.cfg.Limits.ReadEvent(e.GetEvent())
 				if got, ok := second.table.Get(h.TaskID); !ok || got.Stamp.Version != h.Version {
 					t.Fatalf("%s after the restart: %v %+v, want version %d", h.TaskID, ok, got.Stamp, h.Version)
 				}

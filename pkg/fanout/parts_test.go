@@ -2,8 +2,8 @@ package fanout
 
 import (
 	"bytes"
+	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -107,8 +107,9 @@ func nodeWithLimits(t *testing.T, l Limits) *Node {
 	return n
 }
 
-// TestValidateSubmit: each rule of validateSubmit, with its message, and the same
-// message from the app listener's reader (readSubmit, with the request's bytes).
+// TestValidateSubmit: each rule of the request reader (event.Limits.ReadSubmit), with
+// its message, from Submit with a decoded request, and the same message from the app
+// listener's reader (readSubmit, with the request's bytes).
 func TestValidateSubmit(t *testing.T) {
 	l := DefaultLimits()
 	l.MaxEventBytes = 10
@@ -138,7 +139,7 @@ func TestValidateSubmit(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := l.validateSubmit(c.req)
+			_, err := n.Submit(context.Background(), c.req)
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("rejected valid request: %v", err)
@@ -153,7 +154,7 @@ func TestValidateSubmit(t *testing.T) {
 				t.Fatal(merr)
 			}
 			if rerr := n.readSubmit(b, n.getCall()); fmt.Sprint(rerr) != fmt.Sprint(err) {
-				t.Fatalf("readSubmit: %v; validateSubmit: %v", rerr, err)
+				t.Fatalf("readSubmit: %v; Submit: %v", rerr, err)
 			}
 		})
 	}
@@ -199,32 +200,6 @@ func TestSubmitSizeAsSent(t *testing.T) {
 	big := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), bytes.Repeat(ev, 1+l.EventBytes()/len(ev)))
 	if err := n.readSubmit(big, n.getCall()); err == nil || !strings.Contains(err.Error(), "fields sent twice, count too") {
 		t.Fatalf("a task_id repeated past EventBytes: %v", err)
-	}
-}
-
-// TestEventBytesIsTheMost: an event at every limit (the longest task_id, payload
-// and version, the most attributes of the most bytes, the longest ttl, deleted)
-// encodes to at most EventBytes, and not much less: the bound leaves unknown fields
-// no room beside a maximal event.
-func TestEventBytesIsTheMost(t *testing.T) {
-	for _, l := range []Limits{DefaultLimits(), {MaxTaskIDBytes: 16, MaxEventBytes: 64, MaxAttributes: 2, MaxAttributeBytes: 24}} {
-		attrs := map[string]string{}
-		per := l.MaxAttributeBytes / l.MaxAttributes
-		for i := range l.MaxAttributes {
-			k := fmt.Sprintf("%0*d", per/2, i)
-			attrs[k] = strings.Repeat("v", per-len(k))
-		}
-		ev := &fanoutv1.Event{
-			TaskId: strings.Repeat("t", l.MaxTaskIDBytes), Payload: make([]byte, l.MaxEventBytes), Attributes: attrs,
-			Version: math.MaxUint64, Ttl: &durationpb.Duration{Seconds: 315576000000, Nanos: 999999999}, Deleted: true,
-		}
-		if err := l.validateEvent(0, ev); err != nil {
-			t.Fatalf("the maximal event is invalid: %v", err)
-		}
-		size, bound := proto.Size(ev), l.EventBytes()
-		if size > bound || bound-size > 4*l.MaxAttributes+8 {
-			t.Errorf("limits %+v: the maximal event is %d bytes, EventBytes %d", l, size, bound)
-		}
 	}
 }
 

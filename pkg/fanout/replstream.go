@@ -4,60 +4,61 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"sync"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
-	"github.com/fanout/fanout/pkg/peers"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
-// ReplicateStream implements PeerService.ReplicateStream: the batches of one peer
-// connection, answered one by one in the order they arrive, each as Replicate would
-// answer it (peer.proto). A batch that fails is answered with its status and the
-// stream goes on; bytes that are no ReplicateStreamRequest end the stream
-// (INVALID_ARGUMENT): the sender is broken, not one of its batches.
-func (s *PeerServer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStreamServer) error {
-	err := s.node.serveReplicateStream(stream)
-	if _, ok := status.FromError(err); ok {
-		return err // nil, or the stream's own (RecvMsg, SendMsg): as gRPC gave it
-	}
-	return toStatus(err)
+// ReplicateStream is one peer's replicate stream (PeerService.ReplicateStream) as the
+// node serves it: the batches of one peer connection, answered one by one in the
+// order they arrive. The edge implements it over its transport (pkg/grpcapi over a
+// gRPC stream, where the limit is a header and a failure is a status code).
+type ReplicateStream interface {
+	// Context is the stream's: it ends when the stream does.
+	Context() context.Context
+	// Limit tells the sender, before any answer, the largest request this node takes,
+	// so that it splits a batch before sending it rather than losing the stream to a
+	// refusal.
+	Limit(maxRecvBytes int) error
+	// Recv appends the next request's bytes (a ReplicateStreamRequest) to b[:0] and
+	// returns them, or io.EOF once the sender has closed the stream.
+	Recv(b []byte) ([]byte, error)
+	// Answer sends the answer to the batch under seq: resp, or the batch's failure
+	// err (the node's error; the edge says it as Replicate's would be said). seq 0
+	// with ErrShuttingDown is the goodbye: the node is closing and asks the sender to
+	// close the stream. The node never calls Answer concurrently.
+	Answer(seq uint64, resp *fanoutv1.ReplicateResponse, err error) error
 }
 
-// serveReplicateStream runs one ReplicateStream until the sender closes it, it breaks,
-// or the node closes. The requests are read as frames (the server's codec,
-// frame.ServerOption) and their batches with internal/wire, as replicateFrame
-// reads a unary one.
-func (n *Node) serveReplicateStream(stream grpc.ServerStream) error {
+// ServeReplicateStream runs one replicate stream from the peer from until the sender
+// closes it (nil), it breaks (the error of s, as it is), or the node closes. Each
+// batch is answered as Replicate would answer it (peer.proto): a batch that fails is
+// answered with its error and the stream goes on; bytes that are no
+// ReplicateStreamRequest end the stream with an *InvalidError (the sender is broken,
+// not one of its batches); a draining node takes no stream (ErrShuttingDown). The
+// batches are read with internal/wire, as ReplicateBytes reads a unary one.
+func (n *Node) ServeReplicateStream(s ReplicateStream, from Caller) error {
 	if n.draining.Load() {
 		return ErrShuttingDown
 	}
-	// The largest request this node takes, so that the sender splits a batch before
-	// sending it rather than losing the stream to gRPC's refusal.
-	md := metadata.Pairs(peers.MaxRecvBytesHeader, strconv.Itoa(n.cfg.PeerMessageBytes()))
-	if err := stream.SendHeader(md); err != nil {
+	if err := s.Limit(n.cfg.PeerMessageBytes()); err != nil {
 		return err
 	}
 	var sendMu sync.Mutex // the answers and the goodbye share the stream
-	send := func(m *fanoutv1.ReplicateStreamResponse) error {
+	answer := func(seq uint64, resp *fanoutv1.ReplicateResponse, err error) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		return stream.SendMsg(m)
+		return s.Answer(seq, resp, err)
 	}
-	// When the node closes, the sender is told to close the stream (seq 0 with a
-	// code), which ends RecvMsg below: nothing else can end a RecvMsg but the stream
-	// itself. context.AfterFunc starts a goroutine only then, so an open stream costs
-	// none; the handler waits for it if it started.
+	// When the node closes, the sender is told to close the stream (seq 0 with
+	// ErrShuttingDown), which ends Recv below: nothing else can end a Recv but the
+	// stream itself. context.AfterFunc starts a goroutine only then, so an open
+	// stream costs none; ServeReplicateStream waits for it if it started.
 	goodbye := make(chan struct{})
 	stop := context.AfterFunc(n.ctx, func() {
 		defer close(goodbye)
-		_ = send(&fanoutv1.ReplicateStreamResponse{Code: uint32(codes.Unavailable), Message: ErrShuttingDown.Error()})
+		_ = answer(0, nil, ErrShuttingDown)
 	})
 	defer func() {
 		if !stop() {
@@ -65,31 +66,24 @@ func (n *Node) serveReplicateStream(stream grpc.ServerStream) error {
 		}
 	}()
 
-	f := framePool.Get().(*frame.Frame)
-	defer putFrame(f)
-	ctx := stream.Context()
+	ctx := s.Context()
+	var b []byte // one request's bytes; reused
 	var req wire.Replicate
 	for {
-		if err := stream.RecvMsg(f); err != nil {
+		var err error
+		if b, err = s.Recv(b[:0]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil // the sender closed the stream
 			}
 			return err
 		}
 		req = wire.Replicate{Events: req.Events[:0], Submitted: req.Submitted[:0]}
-		seq, err := wire.ParseReplicateStream(f.B, &req)
+		seq, err := wire.ParseReplicateStream(b, &req)
 		if err != nil {
 			return errNotProtobuf
 		}
-		out := &fanoutv1.ReplicateStreamResponse{Seq: seq}
-		resp, err := n.replicateParsed(ctx, &req)
-		if err != nil {
-			st := status.Convert(toStatus(err))
-			out.Code, out.Message = uint32(st.Code()), st.Message()
-		} else {
-			out.Result = resp
-		}
-		if err := send(out); err != nil {
+		resp, err := n.replicateParsed(ctx, from, &req)
+		if err := answer(seq, resp, err); err != nil {
 			return err
 		}
 	}

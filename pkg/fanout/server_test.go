@@ -1,25 +1,17 @@
 package fanout
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
-	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/peers"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -106,7 +98,8 @@ func TestSubmitStreamMatchesRequestIDs(t *testing.T) {
 
 func wantInvalid(t *testing.T, err error, field string) {
 	t.Helper()
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), field) {
+	var inv *InvalidError // the edge's INVALID_ARGUMENT, with inv's message
+	if !errors.As(err, &inv) || !strings.Contains(inv.Error(), field) {
 		t.Fatalf("err = %v; want INVALID_ARGUMENT naming %s", err, field)
 	}
 }
@@ -256,7 +249,7 @@ func TestDrainRefusesSubmitAndEmptiesQueues(t *testing.T) {
 	}
 	recv(t, sub)
 	_, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}})
-	if status.Code(err) != codes.Unavailable {
+	if !errors.Is(err, ErrDraining) { // the edge's UNAVAILABLE
 		t.Fatalf("Submit while draining: %v, want UNAVAILABLE", err)
 	}
 }
@@ -276,13 +269,13 @@ func TestDrainRefusesPeerTraffic(t *testing.T) {
 		t.Fatalf("Drain: %+v, %v; want one peer, nothing unsent, no data dir", rep, err)
 	}
 	_, err = nodes["a"].peer.Replicate(ctx, &fanoutv1.ReplicateRequest{OriginNode: "b", Events: []*fanoutv1.Event{{TaskId: "x", Version: 1}}})
-	if status.Code(err) != codes.Unavailable {
+	if !errors.Is(err, ErrShuttingDown) { // the edge's UNAVAILABLE
 		t.Errorf("Replicate to a draining node: %v, want UNAVAILABLE", err)
 	}
-	if _, err := nodes["a"].peer.Digest(ctx, &fanoutv1.DigestRequest{NodeId: "b", TreeVersion: 1}); status.Code(err) != codes.Unavailable {
+	if _, err := nodes["a"].peer.Digest(ctx, &fanoutv1.DigestRequest{NodeId: "b", TreeVersion: 1}); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("Digest to a draining node: %v, want UNAVAILABLE", err)
 	}
-	if _, err := nodes["a"].peer.Push(ctx, &fanoutv1.PushRequest{NodeId: "b"}); status.Code(err) != codes.Unavailable {
+	if _, err := nodes["a"].peer.Push(ctx, &fanoutv1.PushRequest{NodeId: "b"}); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("Push to a draining node: %v, want UNAVAILABLE", err)
 	}
 	if _, ok := nodes["a"].node.table.Get([]byte("x")); ok {
@@ -422,57 +415,6 @@ func TestSubscribeBatches(t *testing.T) {
 	wantInvalid(t, err, "max_batch")
 }
 
-// TestReplicateMalformedEventIsAnInvalidItem: the peer handler reads the request from
-// its bytes, so one undecodable event costs its own item, not the whole call; a request
-// that is not a message at all is INVALID_ARGUMENT. Sent over gRPC with raw bodies.
-func TestReplicateMalformedEventIsAnInvalidItem(t *testing.T) {
-	tn := startTestNode(t, testConfig("r"))
-	good, _ := proto.Marshal(&fanoutv1.Event{TaskId: "good", Version: 1})
-	body := protowire.AppendString(protowire.AppendTag(nil, wire.ReplicateRequestOriginNode, protowire.BytesType), "x")
-	body = protowire.AppendBytes(protowire.AppendTag(body, wire.ReplicateRequestEvents, protowire.BytesType), []byte{0x0a, 0x05, 'a'})
-	body = protowire.AppendBytes(protowire.AppendTag(body, wire.ReplicateRequestEvents, protowire.BytesType), good)
-	var resp fanoutv1.ReplicateResponse
-	if err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame.Frame{B: body}, &resp); err != nil {
-		t.Fatal(err)
-	}
-	want := []fanoutv1.ItemStatus{fanoutv1.ItemStatus_ITEM_STATUS_INVALID, fanoutv1.ItemStatus_ITEM_STATUS_OK}
-	if !slices.Equal(resp.Statuses, want) {
-		t.Fatalf("statuses %v, want %v", resp.Statuses, want)
-	}
-	err := tn.cc.Invoke(context.Background(), fanoutv1.PeerService_Replicate_FullMethodName, &frame.Frame{B: []byte{0xff, 0xff}}, &resp)
-	wantInvalid(t, err, "request")
-}
-
-// TestRegisterPeerServerLeavesTheGeneratedService: RegisterPeerServer registers a
-// copy of PeerService's generated description with its own Replicate handler; the
-// generated description, which any other server may register, stays as generated.
-func TestRegisterPeerServerLeavesTheGeneratedService(t *testing.T) {
-	handlers := func() map[string]uintptr {
-		m := map[string]uintptr{}
-		for _, md := range fanoutv1.PeerService_ServiceDesc.Methods {
-			m[md.MethodName] = reflect.ValueOf(md.Handler).Pointer()
-		}
-		return m
-	}
-	before := handlers()
-	srv := grpc.NewServer(frame.ServerOption())
-	defer srv.Stop()
-	n, err := New(testConfig("g"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	RegisterPeerServer(srv, NewPeerServer(n))
-	if after := handlers(); !reflect.DeepEqual(after, before) {
-		t.Fatalf("generated PeerService handlers changed: %v, were %v", after, before)
-	}
-	for name, h := range before {
-		if h == reflect.ValueOf(replicateHandler).Pointer() {
-			t.Fatalf("the generated description's %s is the frame handler", name)
-		}
-	}
-}
-
 // TestLinkCoalescesToTheHighestVersion: a peer's batcher keeps the highest version of a
 // task, not the latest arrival. With k@1 held in flight, k@1000 then k@500 arrive;
 // the peer then receives k@1000 and never k@500.
@@ -523,82 +465,5 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	defer mu.Unlock()
 	if got[1] != 1000 {
 		t.Fatalf("the peer received versions %v, want [1 1000]", got)
-	}
-}
-
-// TestSubmitFromBytes: the app listener reads a Submit from its bytes. The event is
-// stored, replicated and delivered as the app sent it, with the version the node appends (an
-// explicit version 0 on the wire and unknown fields included); a request that is not
-// a message, or has an event protobuf refuses, is INVALID_ARGUMENT naming it, and
-// nothing of it is applied; SubmitStream reads the same way. Sent over gRPC with raw
-// bodies.
-func TestSubmitFromBytes(t *testing.T) {
-	nodes := cluster(t, []string{"s", "peer"}, nil)
-	tn := nodes["s"]
-	sub := subscribe(t, nodes["peer"], "") // the event as the peer received it
-	unknown := protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), "from a newer client")
-	event := protowire.AppendString(protowire.AppendTag(nil, wire.EventTaskID, protowire.BytesType), "k")
-	event = protowire.AppendVarint(protowire.AppendTag(event, wire.EventVersion, protowire.VarintType), 0)
-	event = append(event, unknown...)
-	body := protowire.AppendBytes(protowire.AppendTag(nil, wire.SubmitRequestEvents, protowire.BytesType), event)
-	body = protowire.AppendVarint(protowire.AppendTag(body, wire.SubmitRequestRequestID, protowire.VarintType), 42)
-	var resp fanoutv1.SubmitResponse
-	if err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &frame.Frame{B: body}, &resp); err != nil {
-		t.Fatal(err)
-	}
-	if resp.RequestId != 42 || len(resp.Versions) != 1 || resp.Versions[0] == 0 || !resp.Satisfied ||
-		resp.Results[0].GetOutcome() != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED || resp.Results[0].GetRevision() == 0 {
-		t.Fatalf("response %v", &resp)
-	}
-	got := recv(t, sub)
-	for got.GetEvent() == nil {
-		got = recv(t, sub) // past the snapshot's end
-	}
-	if got.Event.Version != resp.Versions[0] || !bytes.Equal(got.Event.ProtoReflect().GetUnknown(), unknown) {
-		t.Fatalf("delivered %v (unknown fields %q), want version %d and the app's unknown field", got.Event, got.Event.ProtoReflect().GetUnknown(), resp.Versions[0])
-	}
-
-	keys := tn.node.table.Stats().Keys
-	err := tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &frame.Frame{B: []byte{0xff, 0xff}}, &resp)
-	wantInvalid(t, err, "request: not a valid fanout.v1.SubmitRequest")
-	good, _ := proto.Marshal(&fanoutv1.Event{TaskId: "good"})
-	body = protowire.AppendBytes(protowire.AppendTag(nil, wire.SubmitRequestEvents, protowire.BytesType), good)
-	body = protowire.AppendBytes(protowire.AppendTag(body, wire.SubmitRequestEvents, protowire.BytesType), []byte{0x0a, 0x01, 0xff}) // task_id not UTF-8
-	err = tn.cc.Invoke(context.Background(), fanoutv1.FanoutService_Submit_FullMethodName, &frame.Frame{B: body}, &resp)
-	wantInvalid(t, err, "events[1]: not a valid fanout.v1.Event")
-	if k := tn.node.table.Stats().Keys; k != keys {
-		t.Fatalf("%d keys after refused requests, were %d", k, keys)
-	}
-
-	desc := &grpc.StreamDesc{StreamName: "SubmitStream", ServerStreams: true, ClientStreams: true}
-	stream, err := tn.cc.NewStream(context.Background(), desc, fanoutv1.FanoutService_SubmitStream_FullMethodName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.SendMsg(&frame.Frame{B: body}); err != nil {
-		t.Fatal(err)
-	}
-	wantInvalid(t, stream.RecvMsg(&resp), "events[1]: not a valid fanout.v1.Event")
-}
-
-// TestRegisterFanoutServerLeavesTheGeneratedService: as for RegisterPeerServer, the
-// generated FanoutService description stays as generated.
-func TestRegisterFanoutServerLeavesTheGeneratedService(t *testing.T) {
-	before := fanoutv1.FanoutService_ServiceDesc.Methods[0].Handler
-	srv := grpc.NewServer(frame.ServerOption())
-	defer srv.Stop()
-	n, err := New(testConfig("g"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	RegisterFanoutServer(srv, NewFanoutServer(n))
-	for _, md := range fanoutv1.FanoutService_ServiceDesc.Methods {
-		if reflect.ValueOf(md.Handler).Pointer() == reflect.ValueOf(submitHandler).Pointer() {
-			t.Fatalf("the generated description's %s is the frame handler", md.MethodName)
-		}
-	}
-	if reflect.ValueOf(fanoutv1.FanoutService_ServiceDesc.Methods[0].Handler).Pointer() != reflect.ValueOf(before).Pointer() {
-		t.Fatal("the generated description changed")
 	}
 }

@@ -10,36 +10,30 @@ import (
 	"unsafe"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/acks"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
+	"github.com/fanout/fanout/pkg/event"
 	"github.com/fanout/fanout/pkg/persist"
 	"github.com/fanout/fanout/pkg/state"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Submit reads a request from its bytes, as Replicate does: the app listener hands
-// the node a SubmitRequest's bytes (RegisterFanoutServer), readSubmit reads and
-// validates them whole with internal/wire, without decoding the events, and prepare
-// stores each event as the bytes the app sent with the version it gets appended
-// (wire.AppendEventVersion). The answer is written from bytes too
-// (wire.AppendSubmitResponse). A request the reader refuses is decoded, only then, to
-// say which field is wrong and why (explainSubmit), in the words validateSubmit has
-// always used.
+// the node a SubmitRequest's bytes (SubmitBytes, ServeSubmitStream), readSubmit reads and
+// validates them whole (event.Limits.ReadSubmit, which names the field of a refusal),
+// without decoding the events, and prepare stores each event as the bytes the app
+// sent with the version it gets appended (wire.AppendEventVersion). The answer is
+// written from bytes too (wire.AppendSubmitResponse).
 
 // submitCall is one Submit: the request as read, the scratch its events are prepared
 // in, and the answer. Node.calls recycles them.
 type submitCall struct {
-	req        wire.Submit // Events alias the request's bytes
-	heads      []wire.EventHead
-	bufs       [][]byte // the events as stored (prepare)
-	ack        fanoutv1.AckPolicy
-	ackTimeout time.Duration // 0: defaultAckTimeout
-	resp       wire.SubmitResponse
-	revision   uint64 // the highest revision the call's events got; 0 if none was accepted
+	req      event.Submit // Events alias the request's bytes; AckTimeout 0: defaultAckTimeout
+	bufs     [][]byte     // the events as stored (prepare)
+	resp     wire.SubmitResponse
+	revision uint64 // the highest revision the call's events got; 0 if none was accepted
 }
 
 // maxPooledEvents: a call of more events is not kept for reuse, so the pool never
@@ -59,10 +53,10 @@ func (n *Node) putCall(c *submitCall) {
 	}
 	// Nothing of the last request stays reachable from the pool.
 	clear(c.req.Events)
-	clear(c.heads)
+	clear(c.req.Heads)
 	clear(c.bufs)
 	clear(c.resp.Results)
-	*c = submitCall{req: wire.Submit{Events: c.req.Events[:0]}, heads: c.heads[:0], bufs: c.bufs[:0],
+	*c = submitCall{req: event.Submit{Events: c.req.Events[:0], Heads: c.req.Heads[:0]}, bufs: c.bufs[:0],
 		resp: wire.SubmitResponse{Versions: c.resp.Versions[:0], Results: c.resp.Results[:0]}}
 	n.calls.Put(c)
 }
@@ -73,8 +67,8 @@ func (n *Node) putCall(c *submitCall) {
 // decoded request (tests, tools): it encodes the request and does what the app
 // listener does with its bytes.
 func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanoutv1.SubmitResponse, error) {
-	if slices.Contains(req.GetEvents(), nil) { // encoded, it would be an empty event
-		return nil, n.cfg.Limits.validateSubmit(req)
+	if i := slices.Index(req.GetEvents(), nil); i >= 0 {
+		return nil, n.nullEvent(req, i)
 	}
 	b, err := proto.Marshal(req)
 	if err != nil {
@@ -95,13 +89,13 @@ func (n *Node) Submit(ctx context.Context, req *fanoutv1.SubmitRequest) (*fanout
 	return resp, nil
 }
 
-// submitFrame is Submit for a request's bytes, answered with the response's bytes:
-// what the app listener's Submit does (submitHandler). f may be reused once it
-// returns.
-func (n *Node) submitFrame(ctx context.Context, f *frame.Frame) (*frame.Frame, error) {
+// SubmitBytes is Submit for a SubmitRequest's bytes, answered with the
+// SubmitResponse's bytes, in a buffer of their own: what the app listener's Submit
+// does (pkg/grpcapi). b may be reused once it returns.
+func (n *Node) SubmitBytes(ctx context.Context, b []byte) ([]byte, error) {
 	c := n.getCall()
 	defer n.putCall(c)
-	if err := n.readSubmit(f.B, c); err != nil {
+	if err := n.readSubmit(b, c); err != nil {
 		return nil, err
 	}
 	if err := n.submitChecked(ctx, c); err != nil {
@@ -110,120 +104,66 @@ func (n *Node) submitFrame(ctx context.Context, f *frame.Frame) (*frame.Frame, e
 	return c.answer(), nil
 }
 
-// answer is c's SubmitResponse as a frame of its own.
-func (c *submitCall) answer() *frame.Frame {
-	return &frame.Frame{B: wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)}
+// answer is c's SubmitResponse, encoded in a buffer of its own.
+func (c *submitCall) answer() []byte {
+	return wire.AppendSubmitResponse(make([]byte, 0, wire.SubmitResponseSize(&c.resp)), &c.resp)
 }
 
 // readSubmit reads the SubmitRequest in b into c and validates it whole, refusing it
-// while draining. c's events alias b.
+// while draining: the limits (event.Limits.ReadSubmit), then the versions' bound. c's
+// events alias b.
 func (n *Node) readSubmit(b []byte, c *submitCall) error {
 	if n.draining.Load() {
 		return ErrDraining
 	}
-	if wire.ParseSubmit(b, &c.req) == nil && n.admitSubmit(c) {
-		return nil
-	}
-	return n.explainSubmit(b)
-}
-
-// admitSubmit reports whether the request read into c is valid, and reads its events'
-// heads. It decides exactly as explainSubmit, which says why it is not: the fields'
-// bounds of validateSubmit, each event's size as it will be stored (storedSize), and
-// the versions' bounds. FuzzReadSubmit checks that the two agree.
-func (n *Node) admitSubmit(c *submitCall) bool {
-	l := n.cfg.Limits
-	r := &c.req
-	if len(r.Events) > l.MaxEvents {
-		return false
-	}
-	ack := int32(r.Ack)
-	if _, ok := fanoutv1.AckPolicy_name[ack]; !ok {
-		return false
-	}
-	if r.AckTimeout && !validDuration(int64(r.AckTimeoutSeconds), int64(int32(r.AckTimeoutNanos))) {
-		return false
-	}
-	bound := newVersionBound(n.cfg.Now(), maxAppAhead)
-	bytes := l.EventBytes()
-	for _, raw := range r.Events {
-		h, ok := l.readEvent(raw)
-		if !ok || storedSize(len(raw), h.Version) > bytes || h.Version != 0 && !bound.allows(h.Version) {
-			return false
-		}
-		c.heads = append(c.heads, h)
-	}
-	c.ack = fanoutv1.AckPolicy(ack)
-	if r.AckTimeout {
-		c.ackTimeout = durationOf(r.AckTimeoutSeconds, r.AckTimeoutNanos)
-	}
-	return true
-}
-
-// storedSize is the size of an event of n bytes as stored: with the version the node
-// appends when it has none (wire.AppendEventVersion), counted at its largest.
-func storedSize(n int, version uint64) int {
-	if version == 0 {
-		return n + wire.EventVersionSize(1<<64-1)
-	}
-	return n
-}
-
-// durationOf is a google.protobuf.Duration's seconds and nanos (their varints as
-// read) as a time.Duration, saturated as durationpb's AsDuration does.
-func durationOf(secs, nanos uint64) time.Duration {
-	d := durationpb.Duration{Seconds: int64(secs), Nanos: int32(nanos)}
-	return d.AsDuration()
-}
-
-// explainSubmit says what is wrong with a SubmitRequest admitSubmit refused: it
-// decodes the request, and names the first field that breaks a rule, with the
-// messages of validateSubmit. It counts a refused version (versionsRefused.app).
-func (n *Node) explainSubmit(b []byte) error {
-	var req fanoutv1.SubmitRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
-		var s wire.Submit
-		if wire.ParseSubmit(b, &s) == nil { // then an event is what protobuf refuses
-			for i, raw := range s.Events {
-				if err := proto.Unmarshal(raw, new(fanoutv1.Event)); err != nil {
-					return invalid(fmt.Sprintf("events[%d]", i), "not a valid fanout.v1.Event: %v", err)
-				}
-			}
-		}
-		return invalid("request", "not a valid fanout.v1.SubmitRequest: %v", err)
-	}
-	l := n.cfg.Limits
-	if err := l.validateSubmit(&req); err != nil {
+	if err := n.cfg.Limits.ReadSubmit(b, &c.req); err != nil {
 		return err
 	}
-	var s wire.Submit
-	if err := wire.ParseSubmit(b, &s); err != nil || len(s.Events) != len(req.Events) {
-		return fmt.Errorf("submit: protobuf reads the request and internal/wire does not (%v): a bug, please report it", err)
-	}
-	bytes := l.EventBytes()
-	for i, raw := range s.Events {
-		if size := storedSize(len(raw), req.Events[i].GetVersion()); size > bytes {
-			return invalid(fmt.Sprintf("events[%d]", i), "%d bytes as sent, with the version the sidecar adds; at most %d "+
-				"(a payload of --max-event-bytes %d, and room for task_id, attributes, version and ttl); fields "+
-				"this sidecar does not know, and fields sent twice, count too: send a smaller event, or only "+
-				"the fields of fanout.v1.Event, once each", size, bytes, l.MaxEventBytes)
-		}
-	}
+	return n.checkVersions(c.req.Heads)
+}
+
+// checkVersions refuses a version given by the app more than maxAppAhead ahead of the
+// node's clock (0 asks the node for one), and counts it (versionsRefused.app).
+func (n *Node) checkVersions(heads []wire.EventHead) error {
 	bound := newVersionBound(n.cfg.Now(), maxAppAhead)
-	for i, ev := range req.GetEvents() {
-		if v := ev.GetVersion(); v != 0 && !bound.allows(v) {
+	for i := range heads {
+		if v := heads[i].Version; v != 0 && !bound.allows(v) {
 			n.versionsRefused.app.Add(1)
 			return invalid(fmt.Sprintf("events[%d].version", i), "%s; use 0 to let the sidecar assign versions",
 				bound.explain(v, maxAppAhead))
 		}
 	}
-	return fmt.Errorf("submit: the request was refused and no rule says why: a bug, please report it")
+	return nil
+}
+
+// nullEvent is the error of a decoded request whose event i is nil: encoded, it would
+// be an empty event. The request is read with the nil events as empty ones, so that
+// what is wrong before event i (the request's fields, the events before it) is named
+// first, as the reader orders its rules; event i's first fault is then its empty
+// task_id, which is named as what it is.
+func (n *Node) nullEvent(req *fanoutv1.SubmitRequest, i int) error {
+	evs := make([]*fanoutv1.Event, len(req.Events))
+	for j, ev := range req.Events {
+		if evs[j] = ev; ev == nil {
+			evs[j] = new(fanoutv1.Event)
+		}
+	}
+	b, err := proto.Marshal(&fanoutv1.SubmitRequest{Events: evs, Ack: req.Ack, AckTimeout: req.AckTimeout, RequestId: req.RequestId})
+	if err != nil {
+		return invalid("request", "%v", err)
+	}
+	var s event.Submit
+	err = n.cfg.Limits.ReadSubmit(b, &s)
+	if inv, ok := err.(*InvalidError); !ok || inv.Field == fmt.Sprintf("events[%d].task_id", i) {
+		return invalid(fmt.Sprintf("events[%d]", i), "null event")
+	}
+	return err
 }
 
 // waitsForAcks reports whether c will wait for peers (ack ONE, QUORUM or ALL with at
 // least one peer).
 func (n *Node) waitsForAcks(c *submitCall) bool {
-	return needFor(c.ack, len(*n.links.Load())) > 0
+	return needFor(c.req.Ack, len(*n.links.Load())) > 0
 }
 
 // submitChecked is Submit after readSubmit.
@@ -246,7 +186,7 @@ func (n *Node) submitQueued(ctx context.Context, c *submitCall) error {
 		return err
 	}
 	links := *n.links.Load()
-	if need := needFor(c.ack, len(links)); need > 0 && len(tasks) > 0 {
+	if need := needFor(c.req.Ack, len(links)); need > 0 && len(tasks) > 0 {
 		return n.submitAndWait(ctx, c, links, tasks, need)
 	}
 	if err := n.offer(ctx, links, tasks); err != nil {
@@ -297,7 +237,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 			op.Fail(i, "circuit breaker open")
 		}
 	}
-	op.Init(op, n.ackDeadline(ctx, c.ackTimeout))
+	op.Init(op, n.ackDeadline(ctx, c.req.AckTimeout))
 	keys := n.ledger.Register(op, len(tasks), func(i int) (string, uint64) { return tasks[i].ID, tasks[i].Value.version })
 	defer n.ledger.Unregister(op, keys)
 	start := n.cfg.Now()
@@ -320,7 +260,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, links []*link, 
 		return ErrClosed
 	}
 	c.resp.PeerAcks, c.resp.Satisfied = ackResult(op)
-	n.ackWait.observe(c.ack, c.resp.Satisfied, n.cfg.Now().Sub(start))
+	n.ackWait.observe(c.req.Ack, c.resp.Satisfied, n.cfg.Now().Sub(start))
 	return nil
 }
 
@@ -358,15 +298,15 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
 	k := len(c.req.Events)
 	next := n.clock.reserve(k)
 	top := next + uint64(k) - 1
-	for i := range c.heads {
-		top = max(top, c.heads[i].Version)
+	for i := range c.req.Heads {
+		top = max(top, c.req.Heads[i].Version)
 	}
 	if err := n.clock.cover(top); err != nil { // before any version can leave the node
 		return nil, fmt.Errorf("%w: saving the clock: %v", ErrNotDurable, err)
 	}
 	// Each event, with its version, into a buffer of its own that is never written
 	// again: the table copies it, and the peers are sent these bytes (outEvent).
-	c.bufs = n.out.copyEvents(c.bufs[:0], c.req.Events, c.heads, next)
+	c.bufs = n.out.copyEvents(c.bufs[:0], c.req.Events, c.req.Heads, next)
 	tasks := make([]batcher.Task[outEvent], 0, k)
 	c.resp.Versions = append(c.resp.Versions[:0], make([]uint64, k)...)
 	c.resp.Results = append(c.resp.Results[:0], make([]wire.EventResult, k)...)
@@ -379,7 +319,7 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[outEvent], error) {
 		}
 	}()
 	for i, buf := range c.bufs {
-		h := &c.heads[i]
+		h := &c.req.Heads[i]
 		v := h.Version
 		if v == 0 {
 			v = next + uint64(i)
@@ -429,7 +369,7 @@ func (n *Node) fullDetail() string {
 // expiry is when the event of h expires unsent: its ttl, or the node's --task-ttl.
 func (n *Node) expiry(h *wire.EventHead, now time.Time) time.Time {
 	ttl := n.cfg.TaskTTL
-	if t := durationOf(h.TTLSeconds, h.TTLNanos); t > 0 {
+	if t := event.TTL(h); t > 0 {
 		ttl = t
 	}
 	if ttl == 0 {

@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
-	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/state"
 )
@@ -35,15 +34,15 @@ const (
 // Subscribe is list+watch over the state table (SPEC §13). It sends, through send,
 // the snapshot or the resumed changes the request asks for, then every change as it
 // happens, each entry at its latest: a reader that falls behind reads the latest state
-// of each key, not its history, and holds nothing up. send gets a frame it may not
-// keep. It returns when ctx ends (ctx.Err()), the node closes (ErrClosed), send fails,
+// of each key, not its history, and holds nothing up. send gets the bytes of one
+// SubscribeResponse, which it may not keep. It returns when ctx ends (ctx.Err()), the node closes (ErrClosed), send fails,
 // or the stream falls behind the tombstone horizon (ErrCompacted).
 //
 // A snapshot waits, before it reads anything, until the node's bootstrap has ended
 // (Ready), unless the request sets allow_unsynced: the table is half-synced before,
 // and an app that builds its cache from the snapshot would see keys vanish or go
 // back to older versions than it saw before the node restarted.
-func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, send func(*frame.Frame) error) error {
+func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, send func([]byte) error) error {
 	if err := n.validateSubscribe(req); err != nil {
 		return err
 	}
@@ -81,8 +80,8 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 		if err := w.drain(ctx, &s); err != nil {
 			return err
 		}
-		w.f.B = wire.AppendSnapshotComplete(w.f.B[:0])
-		if err := send(&w.f); err != nil {
+		w.msg = wire.AppendSnapshotComplete(w.msg[:0])
+		if err := send(w.msg); err != nil {
 			return err
 		}
 	case req.GetFromRevision() != 0:
@@ -139,14 +138,14 @@ type watch struct {
 	n      *Node
 	prefix []byte
 	self   string
-	send   func(*frame.Frame) error
+	send   func([]byte) error
 	buf    []state.Entry
-	f      frame.Frame // the message being sent; reused
+	msg    []byte // the message being sent; reused
 	// The limits of every scan of this stream (one response's entries and bytes).
 	maxEntries, maxBytes int
 }
 
-func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func(*frame.Frame) error) *watch {
+func (n *Node) newWatch(req *fanoutv1.SubscribeRequest, send func([]byte) error) *watch {
 	maxEntries := max(1, int(req.GetMaxBatch()))
 	maxBytes := int(req.GetMaxBatchBytes())
 	if maxBytes == 0 {
@@ -210,13 +209,13 @@ func (w *watch) step(ctx context.Context, s *state.Scan) error {
 		return nil
 	}
 	if len(batch) == 1 {
-		w.f.B = wire.AppendEntry(w.f.B[:0], wireEntry(&batch[0]))
+		w.msg = wire.AppendEntry(w.msg[:0], wireEntry(&batch[0]))
 	} else {
-		w.f.B = appendBatch(w.f.B[:0], batch)
+		w.msg = appendBatch(w.msg[:0], batch)
 	}
 	clear(batch)      // drop the arena references for the GC
 	w.buf = batch[:0] // the next step reuses what this one grew
-	if err := w.send(&w.f); err != nil {
+	if err := w.send(w.msg); err != nil {
 		return err
 	}
 	w.n.delivered.Add(uint64(len(batch)))

@@ -465,7 +465,7 @@ func (n *Node) applySync(from string, entries []*fanoutv1.SyncEntry) (int, error
 	bound := newVersionBound(now, maxPeerAhead)
 	heads := make([]wire.EventHead, len(entries))
 	for i, e := range entries {
-		h, ok := n.cfg.Limits.readEvent(e.GetEvent())
+		h, ok := n.cfg.Limits.ReadEvent(e.GetEvent())
 		switch o := e.GetOrigin(); {
 		case !ok:
 			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")

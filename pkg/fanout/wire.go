@@ -5,7 +5,10 @@ import (
 
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/event"
 	"github.com/fanout/fanout/pkg/state"
+	"github.com/fanout/fanout/pkg/store"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The receive path is pass-through: a replicated event stays in the bytes its origin
@@ -13,19 +16,12 @@ import (
 // what it decides on (task_id, version, and the fields it validates) with the readers
 // of internal/wire, copies the event's bytes once, and writes them into Subscribe
 // messages unchanged (wire.AppendEntry). This file is the node's side of that: the
-// limits an event read from its bytes is held to, and table entries as wire entries.
-// frame.Frame carries such bytes through gRPC.
+// limits an event read from its bytes is held to (package event reads it), and table
+// entries as wire entries. At the gRPC edge, internal/frame carries such bytes as
+// frames.
 
-// framePool recycles frames: the requests of Replicate and Submit calls and of
-// replicate streams, and the batches a link builds.
+// framePool recycles the frames a link builds its batches in.
 var framePool = sync.Pool{New: func() any { return new(frame.Frame) }}
-
-// putFrame gives f back to framePool, unless it holds a huge request's buffer.
-func putFrame(f *frame.Frame) {
-	if cap(f.B) <= 4<<20 {
-		framePool.Put(f)
-	}
-}
 
 // outEvent is one of this node's own events on its way to the peers: encoded once,
 // when Submit stored it in the state table, and sent to every peer as those bytes
@@ -41,42 +37,45 @@ type outEvent struct {
 // and pending's bytes are what would be sent.
 func outItemBytes(o outEvent) int { return replicateItemBytes(len(o.raw)) }
 
-// readEvent reads an Event's task_id and version (wire.ReadEvent) and checks it against
-// the limits exactly as validateEvent checks the decoded Event, with protobuf's
-// decoding rules: a string must be UTF-8, a repeated scalar keeps its last value, a
-// repeated message merges, a known field number with another wire type is an unknown
-// field, and map entries with the same key keep the last. The event as a whole, as it
-// arrived, is held to EventBytes: unknown and repeated fields count. It reports false
-// for an event to answer INVALID. FuzzReadEvent compares it with proto.Unmarshal plus
-// validateEvent and the size.
-func (l Limits) readEvent(b []byte) (wire.EventHead, bool) {
-	if len(b) > l.EventBytes() {
-		return wire.EventHead{}, false
-	}
-	h, ok := wire.ReadEvent(b)
-	if !ok {
-		return h, false
-	}
-	attrs, attrBytes := h.Attributes, h.AttributeBytes // as on the wire; exact unless a key repeats
-	if attrs > l.MaxAttributes || attrBytes > l.MaxAttributeBytes {
-		attrs, attrBytes = wire.DistinctAttributes(b) // rare: count as the decoded map does
-	}
-	ok = len(h.TaskID) > 0 && len(h.TaskID) <= l.MaxTaskIDBytes &&
-		h.Payload <= l.MaxEventBytes && attrs <= l.MaxAttributes && attrBytes <= l.MaxAttributeBytes &&
-		validDuration(int64(h.TTLSeconds), int64(int32(h.TTLNanos)))
-	return h, ok
+// The node's names for the event package's limits and refusals: Config.Limits is an
+// event.Limits, and an *InvalidError is what the gRPC edge turns into
+// INVALID_ARGUMENT, whichever package found the field wrong.
+type (
+	Limits       = event.Limits
+	InvalidError = event.InvalidError
+)
+
+// DefaultLimits returns event.DefaultLimits.
+func DefaultLimits() Limits { return event.DefaultLimits() }
+
+// invalid is event.Invalid: the error of a field the node refuses.
+func invalid(field, format string, args ...any) *InvalidError {
+	return event.Invalid(field, format, args...)
 }
 
-// validDuration is durationpb's CheckValid, and not negative (validateEvent's ttl rule).
-func validDuration(secs, nanos int64) bool {
-	const maxSecs = 315576000000
-	switch {
-	case secs < -maxSecs || secs > maxSecs, nanos <= -1e9 || nanos >= 1e9,
-		secs > 0 && nanos < 0 || secs < 0 && nanos > 0:
-		return false
-	}
-	return secs >= 0 && nanos >= 0
+// MaxNodeIDBytes bounds a node id (--node-id, and the origin of every replicated
+// event): 1024, as a task_id, and what the data dir stores (store.MaxOriginBytes).
+const MaxNodeIDBytes = store.MaxOriginBytes
+
+// entryBytes is the most bytes one entry of the state table takes in a Subscribe
+// message or a Get page: an event of l.EventBytes with its origin (at most
+// MaxNodeIDBytes), submitted_at and revision, and the tags and lengths around them. A
+// message carries one such entry when it is bigger than the message's cap.
+func entryBytes(l Limits) int {
+	ev := 1 + protowire.SizeVarint(uint64(l.EventBytes())) + l.EventBytes()
+	entry := ev + 1 + 2 + MaxNodeIDBytes + (1 + 1 + 1 + 10 + 1 + 5) + (1 + 10) // origin, submitted_at, revision
+	return 1 + protowire.SizeVarint(uint64(entry)) + entry
 }
+
+// replicateItemBytes is what an event of n encoded bytes adds to a ReplicateRequest:
+// its events field (tag, length, the event) and its submitted_at_unix_nanos entry
+// (packed, at most 10 bytes).
+func replicateItemBytes(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n + 10 }
+
+// messageOverhead is room, in a message's size bound, for its fields other than the
+// events it carries: a ReplicateRequest's origin_node (at most MaxNodeIDBytes) and the
+// header of its packed submitted_at_unix_nanos; a Push or Pull message's node id.
+const messageOverhead = 4 << 10
 
 // wireEntry is the Entry that delivers e.
 func wireEntry(e *state.Entry) wire.Entry {

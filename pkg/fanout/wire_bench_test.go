@@ -44,21 +44,7 @@ func BenchmarkReplicateParse(b *testing.B) {
 	}
 }
 
-// BenchmarkReadEvent measures the receive path's reader of one event's bytes.
-func BenchmarkReadEvent(b *testing.B) {
-	data, err := proto.Marshal(benchEvent(7))
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := DefaultLimits()
-	b.ReportAllocs()
-	b.SetBytes(int64(len(data)))
-	for b.Loop() {
-		if _, ok := l.readEvent(data); !ok {
-			b.Fatal("refused")
-		}
-	}
-}
+// BenchmarkReadEvent (the receive path's reader of one event) is in pkg/event.
 
 // BenchmarkSubscribeAppend measures writing Subscribe messages from table entries:
 // one entry per message, and a batch of 100.

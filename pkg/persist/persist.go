@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fanout/fanout/internal/wire"
@@ -103,12 +104,10 @@ type Persister struct {
 	// table is set by Load, before Start; never changed after.
 	table *state.Table
 
-	kick chan struct{} // buffered 1: a tombstone was collected
-	stop chan struct{} // closed by Close: flush what is left and exit
-	done chan struct{} // closed when run has exited
-	// started is set by Start (before run exists); read by Close on the same goroutine
-	// as Start, or after it.
-	started bool
+	kick    chan struct{} // buffered 1: a tombstone was collected
+	stop    chan struct{} // closed by Close: flush what is left and exit
+	done    chan struct{} // closed when run has exited
+	started atomic.Bool   // set by Start, before run exists; Close waits for run only then
 	closed  sync.Once
 
 	mu sync.Mutex
@@ -163,7 +162,7 @@ func (p *Persister) Start() {
 	p.mu.Lock()
 	p.durable = p.table.Revision()
 	p.mu.Unlock()
-	p.started = true
+	p.started.Store(true)
 	go p.run()
 }
 
@@ -372,7 +371,7 @@ func (p *Persister) Wait(ctx context.Context, rev uint64) error {
 // has stopped. Idempotent; without Start it does nothing.
 func (p *Persister) Close() {
 	p.closed.Do(func() {
-		if !p.started {
+		if !p.started.Load() {
 			return
 		}
 		close(p.stop)

@@ -18,9 +18,9 @@ import (
 // from DefaultConfig.
 type Config struct {
 	// Node configures the node. Node.Peers are the static peers (DNS discovery adds
-	// to them). Start sets Logger, Store, Dial, CallerIDs, ReadyCheck, and with DNS
-	// discovery OnUnknownPeer and ReturnMemory. Node.MaxPendingBytes 0: a quarter of
-	// Go's memory limit, or 256 MiB without one (pendingBudget).
+	// to them). Start sets Logger, Store, Dial, AuthenticatePeers, ReadyCheck, and
+	// with DNS discovery OnUnknownPeer and ReturnMemory. Node.MaxPendingBytes 0: a
+	// quarter of Go's memory limit, or 256 MiB without one (pendingBudget).
 	Node fanout.Config
 	// NodeIDGiven says the operator chose Node.NodeID: a data dir saved under another
 	// id is then an error. false: Node.NodeID is a default (the hostname), and a data

@@ -12,8 +12,8 @@ import (
 	"github.com/fanout/fanout/internal/grpcmetrics"
 	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/peers"
-	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,8 +160,8 @@ func buildInfoGauge(b Build) prometheus.Gauge {
 
 // open opens the listeners, then the data dir (which may hold the node id), then
 // the peer TLS files (checked against that id) and the app token file; it sets the
-// node's Store, CallerIDs and ReadyCheck from them. The caller releases them if it
-// fails.
+// node's Store, AuthenticatePeers and ReadyCheck from them. The caller releases
+// them if it fails.
 func (s *Sidecar) open(reg *prometheus.Registry) error {
 	var err error
 	if s.appLis, s.peerLis, err = s.listeners(); err != nil {
@@ -183,7 +183,7 @@ func (s *Sidecar) open(reg *prometheus.Registry) error {
 	}
 	if s.peerTLS != nil {
 		reg.MustRegister(peerTLSMetrics(s.peerTLS)...)
-		s.cfg.Node.CallerIDs = peertls.Caller
+		s.cfg.Node.AuthenticatePeers = true     // the peer listener reads each caller's identities (grpcapi)
 		s.cfg.Node.ReadyCheck = s.peerTLS.Valid // an expired certificate: every peer refuses this node
 	}
 	return nil
@@ -248,9 +248,9 @@ func (s *Sidecar) serveGRPC(srvMetrics *grpcmetrics.Metrics) {
 	}
 	s.health = health.NewServer()
 	s.app = newGRPCServer(s.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth, s.health)
-	fanout.RegisterFanoutServer(s.app, fanout.NewFanoutServer(s.node))
+	grpcapi.RegisterFanoutServer(s.app, grpcapi.NewFanoutServer(s.node))
 	s.peer = newGRPCServer(s.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, s.health)
-	fanout.RegisterPeerServer(s.peer, fanout.NewPeerServer(s.node))
+	grpcapi.RegisterPeerServer(s.peer, grpcapi.NewPeerServer(s.node))
 	reflection.Register(s.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(s.app)
 	srvMetrics.InitializeMetrics(s.peer)

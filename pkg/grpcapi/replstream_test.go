@@ -1,4 +1,4 @@
-package fanout
+package grpcapi
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // with its status (naming the field) while the stream goes on, and what the batches
 // carried is stored. Bytes that are no ReplicateStreamRequest end the stream.
 func TestReplicateStreamServes(t *testing.T) {
-	tn := startTestNode(t, testConfig("r"))
+	tn := startTestNode(t, testConfig("r"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := tn.peer.ReplicateStream(ctx)
@@ -32,8 +32,8 @@ func TestReplicateStreamServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := md.Get(peers.MaxRecvBytesHeader); len(got) != 1 || got[0] != strconv.Itoa(tn.node.cfg.PeerMessageBytes()) {
-		t.Fatalf("header %s = %v, want %d", peers.MaxRecvBytesHeader, got, tn.node.cfg.PeerMessageBytes())
+	if got := md.Get(peers.MaxRecvBytesHeader); len(got) != 1 || got[0] != strconv.Itoa(tn.cfg.PeerMessageBytes()) {
+		t.Fatalf("header %s = %v, want %d", peers.MaxRecvBytesHeader, got, tn.cfg.PeerMessageBytes())
 	}
 	reqs := []*fanoutv1.ReplicateStreamRequest{
 		{Seq: 1, Batch: &fanoutv1.ReplicateRequest{OriginNode: "o", Events: []*fanoutv1.Event{{TaskId: "a", Version: 1}, {TaskId: "b", Version: 1}}}},
@@ -78,11 +78,11 @@ func TestReplicateStreamServes(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"a", "b", "d"} {
-		if _, ok := tn.node.table.Get([]byte(k)); !ok {
+		if !stored(t, tn.node, k) {
 			t.Errorf("%s not stored", k)
 		}
 	}
-	if _, ok := tn.node.table.Get([]byte("c")); ok {
+	if stored(t, tn.node, "c") {
 		t.Error("c, of the refused batch, was stored")
 	}
 	// Not a ReplicateStreamRequest: the stream ends, INVALID_ARGUMENT.
@@ -98,7 +98,7 @@ func TestReplicateStreamServes(t *testing.T) {
 // (seq 0, UNAVAILABLE), and the stream then ends; a draining node answers batches and
 // new streams UNAVAILABLE.
 func TestReplicateStreamClosingNode(t *testing.T) {
-	tn := startTestNode(t, testConfig("r"))
+	tn := startTestNode(t, testConfig("r"), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := tn.peer.ReplicateStream(ctx)

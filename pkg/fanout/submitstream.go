@@ -1,0 +1,173 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/fanout/fanout/internal/wire"
+)
+
+// maxStreamWaits bounds the ack-waiting requests one SubmitStream may have open at
+// once; past it, reading the stream pauses (flow control pushes back on the client).
+const maxStreamWaits = 1024
+
+// ServeSubmitStream runs one SubmitStream: one answer per request, matched by
+// request_id. recv appends the next request's bytes to b[:0] and returns them, or
+// io.EOF once the client has closed the stream; send sends one SubmitResponse's bytes
+// (it must not keep them: the node reuses the buffer once send returns, and never
+// calls send concurrently). Requests that wait for acks run concurrently and are
+// answered in completion order; QUEUED requests are answered in order as they are
+// read (with a Store, each once it is on disk: the next requests are applied
+// meanwhile, so the requests in flight share commits). A bad request ends the stream
+// with its error (an *InvalidError naming the field). An error of recv other than
+// io.EOF ends the stream and is returned as it is; every other error is the node's
+// (an error of send among them, as the answer's failure).
+func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byte, error), send func([]byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &streamWaits{send: send, node: n, sem: make(chan struct{}, maxStreamWaits)}
+	defer w.wg.Wait()
+	defer w.closeOrdered()
+	var b []byte // reused, except by a request that waits (below)
+	for {
+		var err error
+		b, err = recv(b[:0])
+		if errors.Is(err, io.EOF) {
+			w.closeOrdered()
+			w.wg.Wait()
+			return w.failed()
+		}
+		if err != nil {
+			return err
+		}
+		if err := w.failed(); err != nil {
+			return err
+		}
+		c := n.getCall()
+		if err := n.readSubmit(b, c); err != nil {
+			n.putCall(c)
+			return err
+		}
+		switch {
+		case n.waitsForAcks(c): // answered on completion
+			b = nil // c's events are b's bytes until c is done
+			err = w.start(ctx, func() error {
+				defer n.putCall(c)
+				if err := n.submitChecked(ctx, c); err != nil {
+					return err
+				}
+				return w.answer(c)
+			})
+		case n.persist != nil: // answered in order, once on disk
+			if err = n.submitQueued(ctx, c); err == nil {
+				err = w.inOrder(ctx, c) // c's events are not read after prepare
+			}
+		default: // answered in order, as read
+			if err = n.submitQueued(ctx, c); err == nil {
+				err = w.answer(c)
+			}
+			n.putCall(c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// streamWaits runs the ack-waiting requests of one SubmitStream. ServeSubmitStream
+// starts them and waits for all before returning; send is serialized by mu.
+type streamWaits struct {
+	send func([]byte) error
+	node *Node
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	err  error  // guarded by mu: the first failure
+	out  []byte // guarded by mu: the answer being sent
+	// ordered feeds inOrder's goroutine; nil until the first use and after
+	// closeOrdered. Used by ServeSubmitStream's goroutine only.
+	ordered chan *submitCall
+}
+
+func (w *streamWaits) start(ctx context.Context, f func() error) error {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.sem }()
+		if err := f(); err != nil {
+			w.fail(err)
+		}
+	}()
+	return nil
+}
+
+// inOrder queues c's answer to be sent, after the answers queued before it, once its
+// events are on disk (Node.durable); one goroutine, started on first use, does that,
+// and gives c back to the node.
+func (w *streamWaits) inOrder(ctx context.Context, c *submitCall) error {
+	if w.ordered == nil {
+		ch := make(chan *submitCall, maxStreamWaits)
+		w.ordered = ch
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for c := range ch {
+				err := w.node.durable(ctx, c.revision)
+				if err == nil {
+					err = w.answer(c)
+				}
+				w.node.putCall(c)
+				if err != nil {
+					w.fail(err)
+					for range ch { // the stream ends: drop the rest
+					}
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case w.ordered <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// closeOrdered ends inOrder's goroutine once it has sent what is queued. Idempotent.
+func (w *streamWaits) closeOrdered() {
+	if w.ordered != nil {
+		close(w.ordered)
+		w.ordered = nil
+	}
+}
+
+func (w *streamWaits) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+// answer sends c's answer. Its bytes are written into one buffer the stream reuses:
+// send may not keep them (the edge's codec copies them before it returns).
+func (w *streamWaits) answer(c *submitCall) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out = wire.AppendSubmitResponse(w.out[:0], &c.resp)
+	return w.send(w.out)
+}
+
+func (w *streamWaits) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
