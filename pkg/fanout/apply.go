@@ -2,20 +2,117 @@ package fanout
 
 import (
 	"fmt"
+	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/state"
 )
 
+// One apply path. Every event another node wrote reaches the state table here, by
+// one of two entries that share the per-event steps (checkEvent, then storeEvent):
+//
+//   - live delivery: a peer's own writes as it replicates them (Replicate,
+//     ReplicateBytes, a replicate stream: node.go). One verdict per event.
+//   - repair or feed: entries a transport fetched or relayed (anti-entropy's Pull
+//     answer and Push, a broker's feed: Apply). The batch is refused as a whole.
+//
+// The steps, for both: read the event's head within the limits (wire.EventHead,
+// package event); bound its version (hlc.go); judge an event of this node's origin
+// (origin.go); move the clock past the version, so that this node's next write of
+// the key wins over it; Put it in the table (last writer wins); count the write for
+// its sender (sourceWrites); answer OK, STALE (the table holds it or newer), BUSY
+// (the table is full) or INVALID. What differs between the entries is applyKind.
+
+// applyKind is what differs between the two entries of the apply path.
+type applyKind uint8
+
+const (
+	// applyLive is a live delivery: an INVALID event refuses only itself (the
+	// request's other events are applied); an event of this node's origin is only an
+	// echo (STALE) or refused (INVALID) and never moves the clock; a version too far
+	// ahead counts in versionsRefused.peer. The caller counts received events per
+	// origin and the replication lag.
+	applyLive applyKind = iota
+	// applyRepair is a repair or a feed: the caller checks every entry first and
+	// refuses the batch naming the first bad one; an entry of this node's origin can
+	// be an earlier process's write (restored, counted in own.syncRestored); every
+	// entry moves the clock, a refused one too; a version too far ahead counts in
+	// versionsRefused.sync. The caller counts relayed entries.
+	applyRepair
+)
+
+// eventFault is why checkEvent refused an event.
+type eventFault uint8
+
+const (
+	eventFits       eventFault = iota
+	eventUnreadable            // not an event within the limits
+	eventAhead                 // version 0, or too far ahead of this node's clock
+)
+
+// checkEvent reads raw's head within the node's limits and checks its version against
+// bound, counting a refused version for path k: the first step of applying an event,
+// which Apply takes for the whole batch before it stores any.
+func (n *Node) checkEvent(k applyKind, raw []byte, bound versionBound) (wire.EventHead, eventFault) {
+	h, ok := n.cfg.Limits.ReadEvent(raw)
+	if !ok {
+		return h, eventUnreadable
+	}
+	if !bound.allows(h.Version) {
+		if k == applyLive {
+			n.versionsRefused.peer.Add(1)
+		} else {
+			n.versionsRefused.sync.Add(1)
+		}
+		return h, eventAhead
+	}
+	return h, eventFits
+}
+
+// storeEvent applies an event checkEvent passed, read into h from raw, written by
+// origin and submitted at submitted (unix nanos, 0 if not given), on path k: the
+// own-origin rule, the clock, the Put, the sender's count, and the verdict. now is
+// the request's, limit the clock's observe limit at now (observeLimit); src counts
+// the writes of the sender.
+func (n *Node) storeEvent(k applyKind, h *wire.EventHead, raw []byte, origin string, submitted int64,
+	now time.Time, limit uint64, src *sourceCount) fanoutv1.ItemStatus {
+	own := origin == n.cfg.NodeID
+	if !own || k == applyRepair {
+		n.clock.observeUnder(h.Version, limit) // before the Put: a later local write wins
+	}
+	if own {
+		if st, take := n.ownEvent(k, h, submitted, now); !take {
+			return st
+		}
+	}
+	w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
+		Stamp: state.Stamp{Version: h.Version, Origin: origin}, Submitted: submitted, Deleted: h.Deleted}
+	r := n.table.Put(&w, now)
+	src.count(r)
+	switch r.Outcome {
+	case state.Applied:
+		if own { // only a repair takes one: an earlier process's write
+			n.own.syncRestored.Add(1)
+		}
+		return fanoutv1.ItemStatus_ITEM_STATUS_OK
+	case state.Full:
+		return fanoutv1.ItemStatus_ITEM_STATUS_BUSY
+	default:
+		return fanoutv1.ItemStatus_ITEM_STATUS_STALE
+	}
+}
+
 // Apply stores entries a transport brought from the node from: the receive side of the
 // seam (Transport), e.g. anti-entropy's (a Pull's answer, a peer's Push) or a broker's
-// feed.
-// It validates all of them first, as Replicate validates an event, and refuses the
-// whole request naming the first bad one. Unlike Replicate it takes this node's own
+// feed. It takes the apply path as a repair (applyRepair).
+// It checks all of them first, as Replicate checks an event, and refuses the whole
+// request naming the first bad one. Unlike Replicate it takes this node's own
 // writes of an earlier process: a node restarted without --data-dir gets them back
 // from its peers, and its clock moves past them; an entry of this node's origin that
-// this process would hold, and does not, is skipped and counted (origin.go).
+// this process would hold, and does not, is skipped and counted (origin.go). An echo
+// of this process's own write is skipped too, so a feed that brings back every
+// event, this node's included, can hand them all here.
 //
 // Entries of an origin other than from (the peer that sent them) and this node are
 // relayed: counted in fanout_sync_relayed_entries_total. Anti-entropy relays on
@@ -29,12 +126,11 @@ func (n *Node) Apply(from string, entries []*fanoutv1.SyncEntry) (int, error) {
 	bound := newVersionBound(now, maxPeerAhead)
 	heads := make([]wire.EventHead, len(entries))
 	for i, e := range entries {
-		h, ok := n.cfg.Limits.ReadEvent(e.GetEvent())
+		h, f := n.checkEvent(applyRepair, e.GetEvent(), bound)
 		switch o := e.GetOrigin(); {
-		case !ok:
-			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "not an event within the limits (SPEC §10)")
-		case !bound.allows(h.Version):
-			n.versionsRefused.sync.Add(1)
+		case f == eventUnreadable:
+			return 0, invalid(fmt.Sprintf("entries[%d].event", i), "%s", n.unreadable())
+		case f == eventAhead:
 			return 0, invalid(fmt.Sprintf("entries[%d].event.version", i), "%s", bound.explain(h.Version, maxPeerAhead))
 		case o == "" || len(o) > MaxNodeIDBytes:
 			return 0, invalid(fmt.Sprintf("entries[%d].origin", i), "%d bytes, want 1..%d", len(o), MaxNodeIDBytes)
@@ -42,28 +138,27 @@ func (n *Node) Apply(from string, entries []*fanoutv1.SyncEntry) (int, error) {
 		heads[i] = h
 	}
 	applied, relayed := 0, uint64(0)
+	limit := observeLimit(now)
 	src := n.sources.of(from)
 	for i, e := range entries {
-		h := heads[i]
 		o := e.GetOrigin()
 		if o != from && o != n.cfg.NodeID {
 			relayed++
 		}
-		n.clock.observe(h.Version) // a refused entry too: this node's next write of the key wins over it
-		if o == n.cfg.NodeID && !n.ownSynced(&h, e.GetSubmittedAtUnixNanos(), now) {
-			continue
-		}
-		w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: e.GetEvent(),
-			Stamp: state.Stamp{Version: h.Version, Origin: o}, Submitted: e.GetSubmittedAtUnixNanos(), Deleted: h.Deleted}
-		r := n.table.Put(&w, now)
-		src.count(r)
-		if r.Outcome == state.Applied {
+		if n.storeEvent(applyRepair, &heads[i], e.GetEvent(), o, e.GetSubmittedAtUnixNanos(), now, limit, src) == fanoutv1.ItemStatus_ITEM_STATUS_OK {
 			applied++
-			if o == n.cfg.NodeID {
-				n.own.syncRestored.Add(1)
-			}
 		}
 	}
 	n.relayed.Add(relayed)
 	return applied, nil
+}
+
+// unreadable says what an event that ReadEvent refuses breaks: the rules it is held
+// to, with this node's limits.
+func (n *Node) unreadable() string {
+	l := n.cfg.Limits
+	return fmt.Sprintf("not an event within this node's limits: a valid fanout.v1.Event of at most %d bytes as encoded, "+
+		"a task_id of 1..%d bytes, a payload of at most %d bytes (--max-event-bytes), at most %d attributes of %d bytes "+
+		"in all, and a ttl that is a non-negative duration", l.EventBytes(), l.MaxTaskIDBytes, l.MaxEventBytes,
+		l.MaxAttributes, l.MaxAttributeBytes)
 }

@@ -266,7 +266,8 @@ func (n *Node) ReplicateBytes(ctx context.Context, from Caller, b []byte) (*fano
 var errNotProtobuf = invalid("request", "not a valid protobuf message")
 
 // replicateParsed is ReplicateBytes after the request is read (a ReplicateStream
-// reads its batches itself).
+// reads its batches itself): each event takes the apply path as a live delivery
+// (apply.go), and is counted per origin with its lag.
 func (n *Node) replicateParsed(_ context.Context, caller Caller, req *wire.Replicate) (*fanoutv1.ReplicateResponse, error) {
 	if n.draining.Load() {
 		return nil, ErrShuttingDown
@@ -287,7 +288,14 @@ func (n *Node) replicateParsed(_ context.Context, caller Caller, req *wire.Repli
 	from, src := n.received.of(req.Origin), n.sources.of(req.Origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
 	for i, raw := range req.Events {
-		st := n.admit(i, raw, req, now, bound, limit, src)
+		st := fanoutv1.ItemStatus_ITEM_STATUS_INVALID
+		if h, f := n.checkEvent(applyLive, raw, bound); f == eventFits {
+			var submitted int64
+			if len(req.Submitted) > i {
+				submitted = req.Submitted[i]
+			}
+			st = n.storeEvent(applyLive, &h, raw, req.Origin, submitted, now, limit, src)
+		}
 		resp.Statuses[i] = st
 		counts[recvOutcome(st)]++
 		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {
@@ -312,43 +320,6 @@ func (n *Node) validateReplicate(req *wire.Replicate) error {
 		return invalid("submitted_at_unix_nanos", "%d entries for %d events", s, e)
 	}
 	return nil
-}
-
-// admit stores event i of req in the state table if it wins. now is the request's,
-// bound and limit are the version bound and the clock's observe limit at now; an
-// event of this node's own origin is never stored (origin.go).
-// src counts the request's writes for its sender.
-func (n *Node) admit(i int, raw []byte, req *wire.Replicate, now time.Time, bound versionBound, limit uint64, src *sourceCount) fanoutv1.ItemStatus {
-	h, ok := n.cfg.Limits.ReadEvent(raw)
-	if !ok {
-		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
-	}
-	if !bound.allows(h.Version) {
-		n.versionsRefused.peer.Add(1)
-		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
-	}
-	if req.Origin == n.cfg.NodeID { // never stored: an echo, or refused (origin.go)
-		if n.ownReplicated(&h) {
-			return fanoutv1.ItemStatus_ITEM_STATUS_STALE
-		}
-		return fanoutv1.ItemStatus_ITEM_STATUS_INVALID
-	}
-	n.clock.observeUnder(h.Version, limit) // before the Put: a later local write wins
-	w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
-		Stamp: state.Stamp{Version: h.Version, Origin: req.Origin}, Deleted: h.Deleted}
-	if len(req.Submitted) > i {
-		w.Submitted = req.Submitted[i]
-	}
-	r := n.table.Put(&w, now)
-	src.count(r)
-	switch r.Outcome {
-	case state.Applied:
-		return fanoutv1.ItemStatus_ITEM_STATUS_OK
-	case state.Full:
-		return fanoutv1.ItemStatus_ITEM_STATUS_BUSY
-	default:
-		return fanoutv1.ItemStatus_ITEM_STATUS_STALE
-	}
 }
 
 // DrainReport is what Drain did with the events queued for the peers, in events

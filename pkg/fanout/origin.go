@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/state"
 )
@@ -102,28 +103,25 @@ func (n *Node) holds(key []byte, s state.Stamp) bool {
 	return ok && !s.Newer(e.Stamp)
 }
 
-// ownReplicated judges a replicated event of this node's origin (the rule above).
-func (n *Node) ownReplicated(h *wire.EventHead) bool {
+// ownEvent judges an event of this node's origin that came by path k, submitted at
+// submitted (unix nanos), at now (the rule above): take reports whether to offer it to
+// the table (a repair's earlier process's write); if not, st is its verdict: STALE for
+// an echo (the table holds it or newer), INVALID for one refused (counted, logged).
+func (n *Node) ownEvent(k applyKind, h *wire.EventHead, submitted int64, now time.Time) (st fanoutv1.ItemStatus, take bool) {
+	if k == applyRepair && n.own.floor.earlier(h.Version, submitted, now) {
+		return fanoutv1.ItemStatus_ITEM_STATUS_UNSPECIFIED, true
+	}
 	if n.holds(h.TaskID, state.Stamp{Version: h.Version, Origin: n.cfg.NodeID}) {
-		return true
+		return fanoutv1.ItemStatus_ITEM_STATUS_STALE, false
 	}
-	n.own.replicateRefused.Add(1)
-	n.warnOwnOrigin("replicate", h)
-	return false
-}
-
-// ownSynced judges an anti-entropy entry of this node's origin, submitted at
-// submitted (unix nanos), at now (the rule above): take reports whether to offer it
-// to the table (an earlier process's write).
-func (n *Node) ownSynced(h *wire.EventHead, submitted int64, now time.Time) (take bool) {
-	if n.own.floor.earlier(h.Version, submitted, now) {
-		return true
-	}
-	if !n.holds(h.TaskID, state.Stamp{Version: h.Version, Origin: n.cfg.NodeID}) {
+	if k == applyLive {
+		n.own.replicateRefused.Add(1)
+		n.warnOwnOrigin("replicate", h)
+	} else {
 		n.own.syncRefused.Add(1)
 		n.warnOwnOrigin("anti_entropy", h)
 	}
-	return false
+	return fanoutv1.ItemStatus_ITEM_STATUS_INVALID, false
 }
 
 // warnOwnOrigin logs a refused entry, at most once every refusalLogEvery.

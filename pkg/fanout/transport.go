@@ -28,8 +28,11 @@ import (
 //     every entry, resolves last-writer-wins and refuses the whole batch (an error
 //     naming the entry) if one entry is bad. A transport fetches a snapshot at start
 //     (the mesh's bootstrap, a stream's last message per key) through it too.
-//     (The mesh's live path, Replicate, reaches the table through the node's byte
-//     API instead, with one verdict per event: see Node.Replicate.)
+//     An entry of this node's origin that the table holds (an echo: a feed brings
+//     back this node's own events too) is skipped, as is one this process never
+//     wrote; one an earlier process wrote is restored. The mesh's live path,
+//     Replicate, takes the same apply path with one verdict per event instead of a
+//     whole-batch refusal (apply.go).
 //   - AckFates(): the function the transport reports each event's fate at each
 //     destination to (called per event per destination, on the transport's own
 //     goroutines; it takes short locks and never blocks). Every event a Publish
