@@ -76,7 +76,7 @@ func nodeWithPeer(t *testing.T, handler peers.FakeHandler, tweak func(*nodeConfi
 
 func peerStatus(tn *testNode) *fanoutv1.PeerStatus { return tn.node.Status().Peers[0] }
 
-// TestFailureClassesAtTheEdge covers every row of SPEC §5's table and the per-item
+// TestFailureClassesAtTheEdge covers every row of the failure-class table (docs/ARCHITECTURE.md) and the per-item
 // statuses: what is counted, whether the batch is retried, and whether the event
 // finally arrives.
 func TestFailureClassesAtTheEdge(t *testing.T) {

@@ -31,7 +31,7 @@ const (
 	maxBatchBytes = 64 << 20
 )
 
-// Subscribe is list+watch over the state table (SPEC §13). It sends, through send,
+// Subscribe is list+watch over the state table. It sends, through send,
 // the snapshot or the resumed changes the request asks for, then every change as it
 // happens, each entry at its latest: a reader that falls behind reads the latest state
 // of each key, not its history, and holds nothing up. send gets the bytes of one
