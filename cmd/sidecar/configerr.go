@@ -9,8 +9,9 @@ import (
 	"github.com/fanout/fanout/pkg/configerr"
 )
 
-// configFlags names the serve flag that sets each Config field a library's validate can
-// refuse. The libraries name their fields (configerr.Error); the user set a flag.
+// configFlags names the serve flag (or flags) that set each Config field a library's
+// validate can refuse, or pkg/sidecar names when what the field names fails (a listen
+// address, a file). The libraries name their fields (configerr.Error); the user set a flag.
 // TestEveryRefusableFieldHasAFlag checks that every field path in the libraries' sources
 // is here or is one the sidecar sets itself.
 var configFlags = map[string]string{
@@ -46,6 +47,19 @@ var configFlags = map[string]string{
 	"breaker.Config.Failures":                 "--breaker-failures",
 	"breaker.Config.OpenFor":                  "--breaker-open",
 	"breaker.Config.Probes":                   "--breaker-probes",
+	"sidecar.Config.Node.NodeID":              "--node-id",
+	"sidecar.Config.AppAddr":                  "--app-addr",
+	"sidecar.Config.PeerAddr":                 "--peer-addr",
+	"sidecar.Config.AdminAddr":                "--admin-addr",
+	"sidecar.Config.PprofAddr":                "--pprof-addr",
+	"sidecar.Config.AppSocketMode":            "--app-socket-mode",
+	"sidecar.Config.AppTokenFile":             "--app-token-file",
+	"sidecar.Config.PeerTLS":                  "--peer-tls-cert, --peer-tls-key, --peer-tls-ca",
+	"sidecar.Config.PeerTLS.Cert":             "--peer-tls-cert",
+	"sidecar.Config.DataDir":                  "--data-dir",
+	"sidecar.Config.Discovery.PeersDNS":       "--peers-dns",
+	"sidecar.Config.Discovery.DNSServer":      "--dns-server",
+	"sidecar.Config.Discovery.MaxPeers":       "--max-peers",
 }
 
 // fieldsToFlags replaces the field paths a Problem mentions. The longest paths go first,

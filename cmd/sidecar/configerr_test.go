@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/internal/testpki"
 	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/spf13/pflag"
 )
@@ -22,9 +24,9 @@ import (
 // sidecarSets are the Config fields a library can refuse that no flag sets: the
 // sidecar sets them itself, so a user never sees them refused.
 var sidecarSets = map[string]string{
-	"mesh.Config.Dial":                    "startInstance dials with peers.Dial",
-	"mesh.Config.EventBytes":              "startInstance sets it from fanout.Config.Limits",
-	"mesh.Config.MaxTaskIDBytes":          "startInstance sets it from fanout.Config.Limits",
+	"mesh.Config.Dial":                    "pkg/sidecar dials with peers.Dial",
+	"mesh.Config.EventBytes":              "pkg/sidecar sets it from fanout.Config.Limits",
+	"mesh.Config.MaxTaskIDBytes":          "pkg/sidecar sets it from fanout.Config.Limits",
 	"fanout.Config.Limits.MaxEvents":      "SPEC §10's limit, not configurable",
 	"fanout.Config.Limits.MaxTaskIDBytes": "SPEC §10's limit, not configurable",
 	"batcher.Config.AcceptorQueue":        "the default, not configurable",
@@ -100,9 +102,11 @@ func TestEveryRefusableFieldHasAFlag(t *testing.T) {
 	o := defaultServeOptions()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	o.addFlags(fs)
-	for field, flag := range configFlags {
-		if fs.Lookup(strings.TrimPrefix(flag, "--")) == nil {
-			t.Errorf("configFlags maps %s to %s, which serve does not have", field, flag)
+	for field, flags := range configFlags {
+		for flag := range strings.SplitSeq(flags, ", ") {
+			if fs.Lookup(strings.TrimPrefix(flag, "--")) == nil {
+				t.Errorf("configFlags maps %s to %s, which serve does not have", field, flag)
+			}
 		}
 		if _, ok := found[field]; !ok {
 			t.Errorf("configFlags lists %s, which no library names", field)
@@ -114,6 +118,12 @@ func TestEveryRefusableFieldHasAFlag(t *testing.T) {
 // from runServe as that flag, not as a library's field.
 func TestServeNamesTheFlag(t *testing.T) {
 	dataDir := t.TempDir()
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca := testpki.Must(testpki.NewCA("ca"))
+	other := testpki.Must(ca.Write(t.TempDir(), testpki.Leaf{DNSNames: []string{"someone-else.fanout.test"}}, ca))
 	cases := []struct {
 		args []string
 		want string // the start of one line of the error
@@ -152,18 +162,30 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--max-pending-bytes=1000"}, "--max-pending-bytes: must hold one event of --max-event-bytes"},
 		{[]string{"--peers-dns=peers.test:7071", "--peers-refresh=0"}, "--peers-refresh: must be > 0"},
 		{[]string{"--peers-dns=peers.test:7071", "--dns-server=dns.test"}, `--dns-server: "dns.test" is not an IP address`},
+		{[]string{"--dns-server=10.0.0.1"}, "--dns-server: set without --peers-dns, so nothing would ask it; add --peers-dns or drop --dns-server"},
+		{[]string{"--peers-dns=peers.test:7071", "--max-peers=0"}, "--max-peers: must be > 0, got 0"},
+		{[]string{"--app-addr=127.0.0.1:99999"}, "--app-addr: 127.0.0.1:99999: listen tcp: address 99999: invalid port"},
+		{[]string{"--peer-addr=127.0.0.1:99999"}, "--peer-addr: 127.0.0.1:99999: listen tcp: address 99999: invalid port"},
+		{[]string{"--admin-addr=127.0.0.1:99999"}, "--admin-addr: 127.0.0.1:99999: listen tcp: address 99999: invalid port"},
+		{[]string{"--pprof-addr=127.0.0.1:99999"}, "--pprof-addr: 127.0.0.1:99999: listen tcp: address 99999: invalid port"},
+		{[]string{"--data-dir=" + notADir}, "--data-dir: "},
+		{[]string{"--app-token-file=" + filepath.Join(dataDir, "no-token")}, "--app-token-file: open "},
+		{[]string{"--peer-tls-cert=" + other.Cert}, "--peer-tls-cert, --peer-tls-key, --peer-tls-ca: peer TLS needs a certificate, its key and a CA bundle; key, ca not given"},
+		{[]string{"--node-id=A", "--peer-tls-cert=" + other.Cert, "--peer-tls-key=" + other.Key, "--peer-tls-ca=" + other.CA},
+			"--peer-tls-cert: certificate " + other.Cert + ` names node someone-else (the first label of its DNS names), not this node's id "A": ` +
+				"peers would refuse its events; issue the certificate for A.<your domain>, or start with --node-id someone-else"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
 			o := defaultServeOptions()
+			o.cfg.AppAddr, o.cfg.PeerAddr, o.cfg.AdminAddr, o.logLevel = "127.0.0.1:0", "127.0.0.1:0", "", "error" // the flags' defaults here
+			o.peers = "127.0.0.1:1"                                                                                // a peer, so that its batcher and breaker are made
 			fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 			o.addFlags(fs)
 			if err := fs.Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			o.appAddr, o.peerAddr, o.adminAddr, o.logLevel = "127.0.0.1:0", "127.0.0.1:0", "", "error"
-			o.peers = "127.0.0.1:1"                                                  // a peer, so that its batcher and breaker are made
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a node that starts stops here
 			defer cancel()
 			err := runServe(ctx, o)
@@ -184,8 +206,13 @@ func TestServeNamesTheFlag(t *testing.T) {
 		})
 		covered[strings.SplitN(tc.want, ":", 2)[0]] = true
 	}
+	onlyMentioned := map[string]string{
+		"--peers-dns": "a bad one is refused by discovery.Parse, which names the flag itself",
+		"--app-socket-mode": "serve refuses a bad mode before the assembly sees it, which names the field only when the chmod of the " +
+			"socket fails",
+	}
 	for _, flag := range configFlags {
-		if !covered[flag] && flag != "--data-dir" { // --data-dir is only mentioned
+		if _, ok := onlyMentioned[flag]; !covered[flag] && !ok {
 			t.Errorf("no case gives %s a bad value", flag)
 		}
 	}

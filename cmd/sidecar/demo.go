@@ -19,7 +19,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/pkg/fanout"
-	"github.com/fanout/fanout/pkg/mesh"
+	"github.com/fanout/fanout/pkg/sidecar"
 	"github.com/spf13/cobra"
 )
 
@@ -64,7 +64,7 @@ second. Stop it with Ctrl-C, or give --duration.`,
 }
 
 type demoNode struct {
-	inst      *instance
+	sc        *sidecar.Sidecar
 	delivered atomic.Uint64
 }
 
@@ -84,7 +84,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	defer func() {
 		for _, n := range nodes {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			n.inst.shutdown(sctx)
+			n.sc.Shutdown(sctx) //nolint:errcheck // the demo is over; Shutdown logged the drain
 			cancel()
 		}
 	}()
@@ -108,7 +108,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 // startDemoCluster binds every listener first (port 0), so each node knows the others'
 // peer addresses before any starts. On failure it closes whatever it opened.
 func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
-	var lis []net.Listener // app and peer listeners not yet owned by an instance
+	var lis []net.Listener // app and peer listeners not yet owned by a sidecar
 	defer func() {
 		if err == nil {
 			return
@@ -120,7 +120,7 @@ func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
 		}
 		for _, dn := range nodes {
 			if dn != nil {
-				dn.inst.shutdown(context.Background())
+				dn.sc.Shutdown(context.Background()) //nolint:errcheck // the start failed; its error is the one to report
 			}
 		}
 		nodes = nil
@@ -139,21 +139,34 @@ func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
 	}
 	nodes = make([]*demoNode, n)
 	for i := range n {
-		cfg, mc := fanout.DefaultConfig(), mesh.DefaultConfig()
-		cfg.NodeID = fmt.Sprintf("node-%c", 'a'+i)
+		cfg := demoConfig(fmt.Sprintf("node-%c", 'a'+i), log)
 		for j := range n {
 			if j != i {
-				mc.Peers = append(mc.Peers, peerAddrs[j])
+				cfg.Mesh.Peers = append(cfg.Mesh.Peers, peerAddrs[j])
 			}
 		}
-		inst, err := startInstance(instanceConfig{appLis: appLis[i], peerLis: peerLis[i], node: cfg, mesh: mc, log: log.With("node", cfg.NodeID)})
+		cfg.AppListener, cfg.PeerListener = appLis[i], peerLis[i]
+		appLis[i], peerLis[i] = nil, nil // owned by the sidecar now, even if it fails
+		sc, err := sidecar.Start(context.Background(), cfg)
 		if err != nil {
 			return nodes, err
 		}
-		nodes[i] = &demoNode{inst: inst}
-		appLis[i], peerLis[i] = nil, nil // owned by the instance now
+		nodes[i] = &demoNode{sc: sc}
 	}
 	return nodes, nil
+}
+
+// demoConfig is one demo node's Config, its listeners left for the caller to give: no
+// admin listener, the process's memory limit left alone (MemoryLimit's zero value),
+// and the node's own pending budget (fanout.DefaultConfig's).
+func demoConfig(id string, log *slog.Logger) sidecar.Config {
+	cfg := sidecar.DefaultConfig()
+	cfg.Node = fanout.DefaultConfig()
+	cfg.Node.NodeID = id
+	cfg.AdminAddr = ""
+	cfg.Build = sidecarBuild()
+	cfg.Logger = log.With("node", id)
+	return cfg
 }
 
 // demoIntro names the nodes and how to look at them. Every frame of the live view
@@ -162,9 +175,9 @@ func demoIntro(nodes []*demoNode) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "fanout demo: a 3-node cluster in this process (Ctrl-C stops it)")
 	for _, n := range nodes {
-		fmt.Fprintf(&b, "  %s  app %s  peer %s\n", n.inst.node.ID(), n.inst.appAddr, n.inst.peerAddr)
+		fmt.Fprintf(&b, "  %s  app %s  peer %s\n", n.sc.Node().ID(), n.sc.AppAddr(), n.sc.PeerAddr())
 	}
-	a, c := nodes[0].inst.appAddr, nodes[len(nodes)-1].inst.appAddr
+	a, c := nodes[0].sc.AppAddr(), nodes[len(nodes)-1].sc.AppAddr()
 	fmt.Fprintf(&b, "In another terminal:  bin/sidecar status --addr %s\n", a)
 	fmt.Fprintf(&b, "                      bin/sidecar watch --addr %s demo/mine\n", c)
 	fmt.Fprintf(&b, "                      bin/sidecar submit --addr %s demo/mine '{\"hello\":1}'\n\n", a)
@@ -173,7 +186,7 @@ func demoIntro(nodes []*demoNode) string {
 
 // subscribeCount reads a node's Subscribe stream, like a local app would, and counts.
 func subscribeCount(ctx context.Context, n *demoNode) {
-	cc, err := dialApp(n.inst.appAddr)
+	cc, err := dialApp(n.sc.AppAddr())
 	if err != nil {
 		return
 	}
@@ -195,7 +208,7 @@ func subscribeCount(ctx context.Context, n *demoNode) {
 func publish(ctx context.Context, nodes []*demoNode, o demoOptions) {
 	clients := make([]fanoutv1.FanoutServiceClient, len(nodes))
 	for i, n := range nodes {
-		cc, err := dialApp(n.inst.appAddr)
+		cc, err := dialApp(n.sc.AppAddr())
 		if err != nil {
 			return
 		}
@@ -265,7 +278,7 @@ func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prev
 	fmt.Fprintln(tw, "LINK\tSENT/S\tPENDING\tIN-FLIGHT\tOVERRIDDEN\tRETRIED\t")
 	statuses := make([]*fanoutv1.GetStatusResponse, len(nodes))
 	for i, n := range nodes {
-		st := n.inst.node.Status()
+		st := n.sc.Node().Status()
 		statuses[i] = st
 		for _, p := range st.GetPeers() {
 			key := st.GetNodeId() + "→" + p.GetAddress()
@@ -283,7 +296,7 @@ func renderDemo(w io.Writer, nodes []*demoNode, prevSent map[string]uint64, prev
 	fmt.Fprintln(tw, "NODE\tDELIVERED/S\tKEYS\t\t\t\t")
 	for i, n := range nodes {
 		d := n.delivered.Load()
-		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.inst.node.ID(), d-prevDelivered[i], statuses[i].GetState().GetKeys())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\t\t\t\n", n.sc.Node().ID(), d-prevDelivered[i], statuses[i].GetState().GetKeys())
 		prevDelivered[i] = d
 	}
 	tw.Flush()

@@ -55,6 +55,14 @@ func (f *fakeApp) start(t *testing.T, unixPath string) string {
 	return listenerAddr(lis)
 }
 
+// listenerAddr is l's address as --addr takes it: host:port, or unix:///path.
+func listenerAddr(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix://" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
+
 func (f *fakeApp) record(req proto.Message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/freeport"
 	"github.com/fanout/fanout/pkg/fanout"
-	"github.com/fanout/fanout/pkg/mesh"
+	"github.com/fanout/fanout/pkg/sidecar"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -21,9 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestInstanceWiring starts a real instance with the app listener on a unix socket and
-// checks what the wiring promises: GetStatus and health over the socket, /metrics with
-// the fanout and gRPC series, /healthz, and NOT_SERVING once shutdown begins.
+// TestInstanceWiring starts a real sidecar (pkg/sidecar) with the app listener on a
+// unix socket and checks what the wiring promises, through the client commands' code:
+// GetStatus and health over the socket, `sidecar status`'s table, /metrics with the
+// fanout and gRPC series, /healthz, and NOT_SERVING once shutdown begins.
 func TestInstanceWiring(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "fanout.sock")
 	ports, err := freeport.Take(2)
@@ -32,14 +33,14 @@ func TestInstanceWiring(t *testing.T) {
 	}
 	defer ports.Release()
 	adminAddr, pprofAddr := ports.Addrs()[0], ports.Addrs()[1]
-	cfg := fanout.DefaultConfig()
-	cfg.NodeID = "wired"
-	mc := mesh.DefaultConfig()
-	mc.Peers = []string{"127.0.0.1:1"} // unreachable: the peer shows up in status and metrics
-	inst, err := startInstance(instanceConfig{
-		appAddr: "unix://" + sock, peerAddr: "127.0.0.1:0", adminAddr: adminAddr, pprofAddr: pprofAddr,
-		node: cfg, mesh: mc, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	cfg := sidecar.DefaultConfig()
+	cfg.Node = fanout.DefaultConfig()
+	cfg.Node.NodeID = "wired"
+	cfg.Mesh.Peers = []string{"127.0.0.1:1"} // unreachable: the peer shows up in status and metrics
+	cfg.AppAddr, cfg.PeerAddr, cfg.AdminAddr, cfg.PprofAddr = "unix://"+sock, "127.0.0.1:0", adminAddr, pprofAddr
+	cfg.Build = sidecarBuild()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	sc, err := sidecar.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestInstanceWiring(t *testing.T) {
 	// Shut down with an unreachable peer holding nothing: drain is immediate.
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
-	if err := inst.shutdown(sctx); err != nil {
+	if err := sc.Shutdown(sctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 	if _, err := fanoutv1.NewFanoutServiceClient(cc).GetStatus(ctx, &fanoutv1.GetStatusRequest{}); err == nil {
@@ -138,7 +139,7 @@ func checkAdminSplit(t *testing.T, adminAddr, pprofAddr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	h := healthpb.NewHealthClient(cc)
-	for _, svc := range []string{"", readinessService, peerService} {
+	for _, svc := range []string{"", sidecar.ReadinessService, sidecar.PeerService} {
 		r, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("gRPC health %q on the admin address: %v %v, want SERVING", svc, r, err)
@@ -162,117 +163,4 @@ func httpGet(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-// TestInstanceDataDir: an instance on --data-dir keeps its keys and its node id across
-// a restart, refuses an explicit other node id, lets a second instance know the dir is
-// taken, and logs the drain's counts.
-func TestInstanceDataDir(t *testing.T) {
-	dir := t.TempDir()
-	start := func(id string, given bool, logTo io.Writer) (*instance, error) {
-		cfg := fanout.DefaultConfig()
-		cfg.NodeID = id
-		return startInstance(instanceConfig{appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg, mesh: mesh.DefaultConfig(),
-			log: slog.New(slog.NewJSONHandler(logTo, nil)), dataDir: dir, nodeIDGiven: given})
-	}
-	var log1 strings.Builder
-	inst, err := start("first", true, &log1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cc, err := dialApp(inst.appAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := fanoutv1.NewFanoutServiceClient(cc)
-	if _, err := app.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: "k", Payload: []byte("v")}}}); err != nil {
-		t.Fatal(err)
-	}
-	cc.Close()
-	if _, err := start("other", true, io.Discard); err == nil || !strings.Contains(err.Error(), "in use by another sidecar") {
-		t.Fatalf("a second instance on the same --data-dir: %v; want it refused as in use", err)
-	}
-	if err := inst.shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(log1.String(), `"msg":"drained: every queued event was sent","sent":0,"kept":0,"dropped":0,"peers":0,"keys":1,"data_dir":true`) {
-		t.Fatalf("drain log line missing or wrong:\n%s", log1.String())
-	}
-
-	if _, err := start("other", true, io.Discard); err == nil || !strings.Contains(err.Error(), `belongs to node "first"`) {
-		t.Fatalf("restart with another explicit --node-id: %v; want it refused naming the saved id", err)
-	}
-	inst, err = start("hostname", false, io.Discard) // no --node-id: the saved one
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.shutdown(ctx)
-	cc, err = dialApp(inst.appAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	resp, err := fanoutv1.NewFanoutServiceClient(cc).Get(ctx, &fanoutv1.GetRequest{TaskIds: []string{"k"}})
-	if err != nil || len(resp.GetEntries()) != 1 || resp.GetEntries()[0].GetOriginNode() != "first" || inst.node.ID() != "first" {
-		t.Fatalf("after the restart: %v %v, node id %s; want k from first, and the node id first", resp, err, inst.node.ID())
-	}
-}
-
-// TestStreamsPerConnection: one client connection holds at most maxStreamsPerConn
-// calls at once; the next waits (its deadline ends it) until one of them ends, and the
-// connection and its open calls are unharmed.
-func TestStreamsPerConnection(t *testing.T) {
-	cfg := fanout.DefaultConfig()
-	cfg.NodeID = "streams"
-	inst, err := startInstance(instanceConfig{
-		appAddr: "127.0.0.1:0", peerAddr: "127.0.0.1:0", node: cfg, mesh: mesh.DefaultConfig(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		inst.shutdown(ctx) //nolint:errcheck // the test is over
-	}()
-	cc, err := dialApp(inst.appAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := fanoutv1.NewFanoutServiceClient(cc)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watch := func(ctx context.Context) (fanoutv1.FanoutService_SubscribeClient, error) {
-		s, err := client.Subscribe(ctx, &fanoutv1.SubscribeRequest{TaskIdPrefix: "w/", Snapshot: true})
-		if err == nil {
-			_, err = s.Recv() // the snapshot's end: the call is open on the server
-		}
-		return s, err
-	}
-	cancels := make([]context.CancelFunc, maxStreamsPerConn)
-	for i := range maxStreamsPerConn {
-		sctx, scancel := context.WithCancel(ctx)
-		cancels[i] = scancel
-		if _, err := watch(sctx); err != nil {
-			t.Fatalf("watch %d of %d: %v", i+1, maxStreamsPerConn, err)
-		}
-	}
-	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancelShort()
-	if _, err := watch(short); status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("watch %d: %v, want DeadlineExceeded (waiting for a free stream)", maxStreamsPerConn+1, err)
-	}
-	cancels[0]() // one ends: the next call gets its stream
-	later, cancelLater := context.WithTimeout(ctx, 5*time.Second)
-	defer cancelLater()
-	if _, err := watch(later); err != nil {
-		t.Fatalf("watch after one ended: %v", err)
-	}
-	cancels[1]() // a unary call needs a stream too
-	if _, err := client.GetStatus(later, &fanoutv1.GetStatusRequest{}); err != nil {
-		t.Fatalf("GetStatus once a stream is free: %v", err)
-	}
 }

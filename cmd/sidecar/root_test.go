@@ -37,14 +37,14 @@ func TestServeFlagsFromEnvironment(t *testing.T) {
 	if err := bindEnv(fs); err != nil {
 		t.Fatal(err)
 	}
-	if o.mesh.Batcher.MaxBatch != 17 || o.mesh.Batcher.MaxBatchingDelay != 250*time.Millisecond {
-		t.Fatalf("env not applied: max-batch %d delay %s", o.mesh.Batcher.MaxBatch, o.mesh.Batcher.MaxBatchingDelay)
+	if o.cfg.Mesh.Batcher.MaxBatch != 17 || o.cfg.Mesh.Batcher.MaxBatchingDelay != 250*time.Millisecond {
+		t.Fatalf("env not applied: max-batch %d delay %s", o.cfg.Mesh.Batcher.MaxBatch, o.cfg.Mesh.Batcher.MaxBatchingDelay)
 	}
-	if o.mesh.Batcher.IdleFlush != 20*time.Millisecond {
-		t.Fatalf("env not applied: batch-idle-flush %s", o.mesh.Batcher.IdleFlush)
+	if o.cfg.Mesh.Batcher.IdleFlush != 20*time.Millisecond {
+		t.Fatalf("env not applied: batch-idle-flush %s", o.cfg.Mesh.Batcher.IdleFlush)
 	}
-	if o.node.NodeID != "from-flag" {
-		t.Fatalf("node id %q: a flag on the command line must win over FANOUT_NODE_ID", o.node.NodeID)
+	if o.cfg.Node.NodeID != "from-flag" {
+		t.Fatalf("node id %q: a flag on the command line must win over FANOUT_NODE_ID", o.cfg.Node.NodeID)
 	}
 }
 

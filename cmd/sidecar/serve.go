@@ -2,77 +2,57 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/fanout/fanout/pkg/fanout"
-	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
-	"github.com/fanout/fanout/pkg/store"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/fanout/fanout/pkg/sidecar"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
 // serveOptions are the flags of `sidecar serve`. Each is also read from FANOUT_<FLAG>.
+// Most go straight into the assembly's Config; the rest are parsed into it (peers,
+// memoryLimit, appSocketMode) or are the process's own (logLevel, gomaxprocs).
 type serveOptions struct {
-	appAddr, peerAddr, adminAddr string
-	pprofAddr                    string
-	peers                        string
-	shutdownTimeout              time.Duration
-	replicateStream              bool // --replicate-stream
-	logLevel                     string
-	gomaxprocs                   int
-	memoryLimit                  string
-	memoryNote                   string // what --memory-limit decided, for the startup log
-	dataDir                      string
-	dataDirMinFree               int64
-	nodeIDGiven                  bool // --node-id or FANOUT_NODE_ID was set
-	security                     securityOptions
-	discovery                    discoveryOptions
-	node                         fanout.Config
-	mesh                         mesh.Config
+	cfg           sidecar.Config
+	peers         string
+	logLevel      string
+	gomaxprocs    int
+	memoryLimit   string // --memory-limit, parsed into cfg.MemoryLimit by serve
+	appSocketMode string // --app-socket-mode, octal
 }
 
 func defaultServeOptions() serveOptions {
+	cfg := sidecar.DefaultConfig()
 	return serveOptions{
-		appAddr:         "127.0.0.1:7070",
-		peerAddr:        "0.0.0.0:7071",
-		adminAddr:       "0.0.0.0:9090",
-		shutdownTimeout: 10 * time.Second,
-		replicateStream: true,
-		logLevel:        "info",
-		gomaxprocs:      1,
-		memoryLimit:     "auto",
-		dataDirMinFree:  store.DefaultMinFreeBytes,
-		node:            fanout.DefaultConfig(),
-		mesh:            mesh.DefaultConfig(),
-		discovery:       defaultDiscoveryOptions(),
+		cfg:           cfg,
+		logLevel:      "info",
+		gomaxprocs:    1,
+		memoryLimit:   "auto",
+		appSocketMode: fmt.Sprintf("%04o", cfg.AppSocketMode), // 0600
 	}
 }
 
 // addFlags registers the flags of serve on fs. The usage text gives each default's
 // reason; docs/CLI.md (make docs) lists them all.
 func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
-	c, m := &o.node, &o.mesh
+	c, m := &o.cfg.Node, &o.cfg.Mesh
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this sidecar's id (default: the hostname, which is the pod name on Kubernetes)")
-	fs.StringVar(&o.appAddr, "app-addr", o.appAddr, "FanoutService listener for the local app: host:port or unix:///path (loopback by default: only the local app may submit)")
-	fs.StringVar(&o.peerAddr, "peer-addr", o.peerAddr, "PeerService listener for the other sidecars (all interfaces: peers are on other hosts)")
-	fs.StringVar(&o.adminAddr, "admin-addr", o.adminAddr, "HTTP /metrics, /healthz (liveness), /readyz (readiness) and gRPC health on the same port, for Prometheus and the kubelet's probes (all interfaces: they come from outside the pod; it serves nothing else); empty disables")
-	fs.StringVar(&o.pprofAddr, "pprof-addr", o.pprofAddr, "serve Go's profiles (/debug/pprof/) here, e.g. 127.0.0.1:6060 (empty: off; profiles and the command line are not for the network, keep it on loopback)")
-	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "keep the state table, the clock and the node id in this directory (pebble, fsynced): a restart resumes from it, and Submit answers once events are on disk (empty: memory only; peers still bootstrap the node)")
-	fs.Int64Var(&o.dataDirMinFree, "data-dir-min-free-bytes", o.dataDirMinFree, "with --data-dir: below this much free space on its file system, commits are refused (Submit answers UNAVAILABLE, the node is not ready: \"disk full\") before the store sees ENOSPC, and resume by themselves once there is room (64 MiB: a commit, a memtable flush, compactions and a new MANIFEST; 0: no floor)")
+	fs.StringVar(&o.cfg.AppAddr, "app-addr", o.cfg.AppAddr, "FanoutService listener for the local app: host:port or unix:///path (loopback by default: only the local app may submit)")
+	fs.StringVar(&o.cfg.PeerAddr, "peer-addr", o.cfg.PeerAddr, "PeerService listener for the other sidecars (all interfaces: peers are on other hosts)")
+	fs.StringVar(&o.cfg.AdminAddr, "admin-addr", o.cfg.AdminAddr, "HTTP /metrics, /healthz (liveness), /readyz (readiness) and gRPC health on the same port, for Prometheus and the kubelet's probes (all interfaces: they come from outside the pod; it serves nothing else); empty disables")
+	fs.StringVar(&o.cfg.PprofAddr, "pprof-addr", o.cfg.PprofAddr, "serve Go's profiles (/debug/pprof/) here, e.g. 127.0.0.1:6060 (empty: off; profiles and the command line are not for the network, keep it on loopback)")
+	fs.StringVar(&o.cfg.DataDir, "data-dir", o.cfg.DataDir, "keep the state table, the clock and the node id in this directory (pebble, fsynced): a restart resumes from it, and Submit answers once events are on disk (empty: memory only; peers still bootstrap the node)")
+	fs.Int64Var(&o.cfg.DataDirMinFreeBytes, "data-dir-min-free-bytes", o.cfg.DataDirMinFreeBytes, "with --data-dir: below this much free space on its file system, commits are refused (Submit answers UNAVAILABLE, the node is not ready: \"disk full\") before the store sees ENOSPC, and resume by themselves once there is room (64 MiB: a commit, a memtable flush, compactions and a new MANIFEST; 0: no floor)")
 	fs.StringVar(&o.peers, "peers", o.peers, "comma-separated peer addresses host:port (their --peer-addr); this node's own address is detected and dropped")
 	fs.DurationVar(&m.PeerRemovalGrace, "peer-removal-grace", m.PeerRemovalGrace, "a peer that leaves the peer set (DNS no longer names it) is still sent what it has pending for this long, then the rest is dropped; named again before then, it is back with nothing lost (one --peers-refresh: a DNS answer that briefly leaves a pod out loses nothing)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
+	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", o.cfg.ShutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", o.gomaxprocs, "OS threads running Go code at once (1: a sidecar shares its pod's CPU with the app, and one keeps Go's scheduler from spinning idle threads: CPU per event at 10k events/s 33-37 instead of 41-44 µs, docs/BENCHMARKS.md; with --data-dir 2, so that the store's flushes and compactions do not take turns with the serving path; 0: Go's default, every CPU or the cgroup limit; the GOMAXPROCS variable applies when this flag is not given)")
 	fs.StringVar(&o.memoryLimit, "memory-limit", o.memoryLimit, "Go's soft heap limit, e.g. 240MiB: the GC works harder as the heap nears it instead of letting it grow to twice its live size (auto: GOMEMLIMIT if set, else 90% of the container's cgroup limit, else none; off: none)")
@@ -82,7 +62,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&b.MaxBatchingDelay, "max-batching-delay", b.MaxBatchingDelay, "how long the oldest event may wait for a fuller batch (0: send at once; Eureka uses 500ms)")
 	fs.DurationVar(&b.IdleFlush, "batch-idle-flush", b.IdleFlush, "with --max-batching-delay > 0: send a waiting batch early once no new event has arrived for this long (0: off; Eureka has no such rule)")
 	fs.IntVar(&b.Workers, "workers", b.Workers, "batches in flight per peer (on the replicate stream, or as concurrent Replicate calls)")
-	fs.BoolVar(&o.replicateStream, "replicate-stream", o.replicateStream, "send every peer's batches on one long-lived ReplicateStream (no per-call headers and stream setup; docs/BENCHMARKS.md); false: one unary Replicate call per batch, as sidecars before API v1.1 do (a peer without the stream is sent unary calls anyway)")
+	fs.BoolVar(&o.cfg.ReplicateStream, "replicate-stream", o.cfg.ReplicateStream, "send every peer's batches on one long-lived ReplicateStream (no per-call headers and stream setup; docs/BENCHMARKS.md); false: one unary Replicate call per batch, as sidecars before API v1.1 do (a peer without the stream is sent unary calls anyway)")
 	fs.DurationVar(&b.CongestionRetryDelay, "congestion-retry-delay", b.CongestionRetryDelay, "pause a peer after it said it is overloaded (RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED or BUSY): it may recover in a moment")
 	fs.DurationVar(&b.NetworkFailureRetryDelay, "network-failure-retry-delay", b.NetworkFailureRetryDelay, "pause a peer after it could not be reached: longer than the congestion pause, since a dead peer takes longer to come back")
 	fs.DurationVar(&c.TaskTTL, "task-ttl", c.TaskTTL, "drop an event not sent within this long, if it sets no ttl (0: never; Eureka uses 30s)")
@@ -99,8 +79,8 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Uint32Var(&m.Breaker.Probes, "breaker-probes", m.Breaker.Probes, "batches a half-open breaker lets through as probes; all must succeed to close it")
 	fs.IntVar(&c.Limits.MaxEventBytes, "max-event-bytes", c.Limits.MaxEventBytes, "largest payload of one event")
 	addLimitFlags(fs, c, m)
-	o.security.addFlags(fs)
-	o.discovery.addFlags(fs)
+	addSecurityFlags(fs, &o.cfg, &o.appSocketMode)
+	addDiscoveryFlags(fs, &o.cfg.Discovery)
 }
 
 func newServeCmd() *cobra.Command {
@@ -118,7 +98,7 @@ func newServeCmd() *cobra.Command {
 			// milliseconds.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			if o.dataDir != "" && !cmd.Flags().Changed("gomaxprocs") {
+			if o.cfg.DataDir != "" && !cmd.Flags().Changed("gomaxprocs") {
 				// The store's flushes and compactions need a thread beside the serving
 				// path: on one, they took turns with it (p99 at 10,000/s 216 ms → 14 ms).
 				o.gomaxprocs = 2
@@ -126,15 +106,12 @@ func newServeCmd() *cobra.Command {
 			if err := setProcs(o.gomaxprocs, cmd.Flags().Changed("gomaxprocs"), os.Getenv("GOMAXPROCS")); err != nil {
 				return err
 			}
-			limit, note, err := memoryLimit(o.memoryLimit, os.Getenv("GOMEMLIMIT"), os.ReadFile)
+			limit, err := parseMemoryLimit(o.memoryLimit)
 			if err != nil {
 				return err
 			}
-			if limit >= 0 {
-				debug.SetMemoryLimit(limit)
-			}
-			o.memoryNote = note
-			o.nodeIDGiven = cmd.Flags().Changed("node-id")
+			o.cfg.MemoryLimit = limit // set by the assembly, first
+			o.cfg.NodeIDGiven = cmd.Flags().Changed("node-id")
 			return runServe(ctx, o)
 		},
 	}
@@ -164,65 +141,31 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// runServe starts one sidecar and blocks until ctx is done, then shuts down gracefully.
+// runServe starts one sidecar (pkg/sidecar) and blocks until ctx is done, then shuts
+// down gracefully. An error that names a Config field names its flag instead.
 func runServe(ctx context.Context, o serveOptions) error {
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	return forFlags(sidecar.Run(ctx, cfg))
+}
+
+// config is the assembly's Config from the flags that need parsing beyond pflag's.
+func (o serveOptions) config() (sidecar.Config, error) {
+	cfg := o.cfg
 	level, err := parseLevel(o.logLevel)
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	log.Info("starting", "version", buildInfo().version, "pid", os.Getpid()) // signals are caught from here on
-	if o.memoryNote != "" {
-		log.Info(o.memoryNote)
+	// Signals are caught from the start-up's first log line on.
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Build = sidecarBuild()
+	if cfg.Mesh.Peers, err = peers.ParseList(o.peers); err != nil {
+		return cfg, err
 	}
-	if o.mesh.MaxPendingBytes == 0 { // not given: from the memory limit set above
-		var note string
-		o.mesh.MaxPendingBytes, note = pendingBudget(debug.SetMemoryLimit(-1))
-		log.Info(note)
+	if cfg.AppSocketMode, err = socketMode(o.appSocketMode); err != nil {
+		return cfg, err
 	}
-	list, err := peers.ParseList(o.peers)
-	if err != nil {
-		return err
-	}
-	o.mesh.Peers = list
-	disc, err := o.discovery.newDiscoverer(list, o.peerAddr, log)
-	if err != nil {
-		return err
-	}
-	var collectors []prometheus.Collector
-	if disc != nil {
-		o.mesh.Peers = disc.initial(ctx)
-		o.mesh.OnUnknownPeer = func(string) { disc.trigger() }
-		// Peers DNS no longer names leave with their queues and goroutines; give
-		// their memory back at once (issue 25: RSS stayed up after DNS shrank).
-		o.mesh.ReturnMemory = debug.FreeOSMemory
-		collectors = append(collectors, newDiscoveryCollector(disc))
-	}
-	inst, err := startInstance(instanceConfig{
-		appAddr: o.appAddr, peerAddr: o.peerAddr, adminAddr: o.adminAddr, pprofAddr: o.pprofAddr,
-		node: o.node, mesh: o.mesh, log: log, dataDir: o.dataDir, dataDirMinFree: o.dataDirMinFree, nodeIDGiven: o.nodeIDGiven, security: o.security,
-		collectors: collectors, unaryReplicate: !o.replicateStream,
-	})
-	if err != nil {
-		return forFlags(err)
-	}
-	if disc != nil {
-		if err := disc.start(inst.mesh.SetPeers); err != nil {
-			inst.shutdown(context.Background())
-			return err
-		}
-		defer disc.stop() // before the shutdown below: the set stops changing first
-	}
-	log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
-	<-ctx.Done()
-	log.Info("signal received; draining", "shutdown_timeout", o.shutdownTimeout.String())
-	dctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	defer cancel()
-	if disc != nil {
-		disc.stop()
-	}
-	if err := inst.shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return cfg, nil
 }

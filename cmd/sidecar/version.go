@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/fanout/fanout/pkg/sidecar"
 	"github.com/spf13/cobra"
 )
 
@@ -47,15 +47,11 @@ func buildInfo() build {
 	return b
 }
 
-// buildInfoGauge is fanout_build_info: always 1, its labels say what runs.
-func buildInfoGauge(b build) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "fanout_build_info",
-		Help:        "Always 1; the labels name the running build: version, VCS revision, Go version.",
-		ConstLabels: prometheus.Labels{"version": b.version, "revision": b.revision, "goversion": runtime.Version()},
-	})
-	g.Set(1)
-	return g
+// sidecarBuild is buildInfo for the assembly (its start-up log line and
+// fanout_build_info).
+func sidecarBuild() sidecar.Build {
+	b := buildInfo()
+	return sidecar.Build{Version: b.version, Revision: b.revision}
 }
 
 func newVersionCmd() *cobra.Command {

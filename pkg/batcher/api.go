@@ -28,7 +28,7 @@ type Task[T any] struct {
 	Expires time.Time
 }
 
-// Class is the outcome of sending a whole batch (SPEC §5).
+// Class is the outcome of sending a whole batch.
 type Class int
 
 const (
@@ -105,15 +105,14 @@ const (
 	FateTooLarge               // the peer refused it, alone, as too large (TooLarge)
 )
 
-// Gate lets something outside the batcher hold dispatch (the circuit breaker, SPEC
-// §5). It is consulted by the acceptor goroutine before assigning work; a non-zero
+// Gate lets something outside the batcher hold dispatch (the circuit breaker). It is consulted by the acceptor goroutine before assigning work; a non-zero
 // duration means "hold for at least this long". Optional.
 type Gate interface {
 	Hold(now time.Time) time.Duration
 }
 
 // Config holds the knobs of one per-peer batcher. It is copied by New; DefaultConfig
-// gives the defaults of SPEC §4.
+// gives the defaults.
 type Config[T any] struct {
 	// MaxBuffer bounds pending. Default 10000 (Eureka maxElementsInPeerReplicationPool).
 	MaxBuffer int
@@ -166,7 +165,7 @@ type Config[T any] struct {
 	Logger *slog.Logger
 	// Newer, if set, reports whether a supersedes b, two tasks with the same ID. It
 	// makes coalescing keep the task that supersedes, never merely the latest
-	// arrival (SPEC §6): an app's [v10, v5] must send v10, and a version older than
+	// arrival: an app's [v10, v5] must send v10, and a version older than
 	// the one pending or in flight would only be answered STALE by the peer. Wherever
 	// two tasks of one ID meet (an arrival and the task pending or in flight, a retry
 	// and the task pending), the later one wins unless Newer(earlier, later); the

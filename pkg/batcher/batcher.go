@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Batcher is one peer's acceptor/worker batcher (SPEC §4). Its methods are safe for
+// Batcher is one peer's acceptor/worker batcher. Its methods are safe for
 // concurrent use. See the package documentation for the life of a task.
 type Batcher[T any] struct {
 	cfg  Config[T] // copied and validated by New; read-only
@@ -199,7 +199,7 @@ func (b *Batcher[T]) runAcceptor() {
 	}
 }
 
-// step runs SPEC §4's steps in order: retries, new offers (the one received and
+// step runs the acceptor's steps in order: retries, new offers (the one received and
 // whatever else is queued), the budget's rule (shed), then batches for the idle
 // workers.
 func (b *Batcher[T]) step(offered []Task[T], now time.Time) {

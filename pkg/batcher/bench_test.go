@@ -193,7 +193,7 @@ func BenchmarkCoalesce(b *testing.B) {
 
 // BenchmarkCoalesceNewer is BenchmarkCoalesce with Config.Newer set and every
 // arrival older than the task waiting, so that every one loses: the cost of the
-// comparison on the coalescing path (SPEC §6).
+// comparison on the coalescing path.
 func BenchmarkCoalesceNewer(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {

@@ -7,7 +7,7 @@ import (
 	"github.com/fanout/fanout/pkg/configerr"
 )
 
-// DefaultConfig returns the defaults of SPEC §4. The reason for each is next to it.
+// DefaultConfig returns the defaults. The reason for each is next to it.
 func DefaultConfig[T any]() Config[T] {
 	return Config[T]{
 		// Eureka's maxElementsInPeerReplicationPool: about a minute of a busy

@@ -29,7 +29,7 @@ type batch[T any] struct {
 }
 
 // core is the deterministic heart of the batcher: the acceptor's state and the rules
-// of SPEC §4, driven by explicit calls and an explicit now, raft-style. It starts no
+// of the batcher, driven by explicit calls and an explicit now, raft-style. It starts no
 // goroutine and reads no clock. Every field is owned by the acceptor goroutine (by
 // Close once the acceptor has exited); tests drive it directly.
 type core[T any] struct {
@@ -382,7 +382,7 @@ func (c *core[T]) requeue(h *holder[T], now time.Time) {
 
 // retryWins hands pending holder p the retry r, which supersedes p's task, and
 // moves p to the front with r's age, where r would have gone: retries go first, in
-// their original order (SPEC §4 step 1), and r's place and age are the older
+// their original order, and r's place and age are the older
 // claim of the ID, so the task that has waited longest is not sent later for having
 // won. p, not r, keeps the slot, so ids is not touched. With a Newer that is a strict
 // order this needs a task that came while the ID was neither pending nor in flight,
@@ -514,7 +514,7 @@ func (c *core[T]) take(h *holder[T], b *batch[T]) {
 	c.flying++
 }
 
-// complete applies a worker's result (SPEC §5): it frees the worker and the
+// complete applies a worker's result: it frees the worker and the
 // batch's IDs, records fates, queues retries for drainReprocess and arms the shaper.
 func (c *core[T]) complete(b *batch[T], now time.Time) {
 	c.idle++

@@ -483,7 +483,7 @@ func TestCoreInFlightExclusion(t *testing.T) {
 	}
 }
 
-// TestCoreNewer covers Config.Newer (SPEC §6): wherever two tasks of one ID meet,
+// TestCoreNewer covers Config.Newer: wherever two tasks of one ID meet,
 // the later one wins unless the earlier supersedes it. Value is the version
 // (byValue), except where a case needs a tie.
 func TestCoreNewer(t *testing.T) {

@@ -1,5 +1,5 @@
 /*
-Package batcher is the per-peer acceptor/worker batcher of fanout (SPEC §4 and §5):
+Package batcher is the per-peer acceptor/worker batcher of fanout:
 Eureka's TaskDispatcher, AcceptorExecutor and TrafficShaper (seeds 000 and 002),
 rebuilt around one goroutine that owns all the state, with a few changes of ours.
 
@@ -64,7 +64,7 @@ completions, Drain requests and one timer, and after each event runs one step:
     (FateExpired). If nothing is due yet, the timer is set for when a batch will be:
     the head's MaxBatchingDelay or the idle flush, whichever comes first.
 
-The coalescing rule (SPEC §6): wherever two tasks of one task_id meet, the later
+The coalescing rule: wherever two tasks of one task_id meet, the later
 one wins unless Config.Newer says the earlier one supersedes it. fanout sets Newer
 to compare event versions, so coalescing keeps the highest version, never merely
 the latest arrival: an app's [v10, v5] sends v10, and v500 arriving while v1000

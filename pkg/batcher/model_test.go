@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// refModel is a naive, slice-based reading of SPEC §4 and §5, written without
+// refModel is a naive, slice-based reading of the batcher's rules (acceptor, pending, workers, outcomes), written without
 // looking at core: linear scans everywhere, no recycling, no cleverness. The model
 // test runs both on the same random operations and compares them after each one.
 type refModel struct {

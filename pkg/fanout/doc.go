@@ -41,9 +41,9 @@
 //
 // Receive. ReplicateBytes (a peer's Replicate call) and ServeReplicateStream (each
 // batch of its ReplicateStream, answered in order through a ReplicateStream the edge
-// implements) validate the request, check its origin against the Caller the edge read
-// from the connection (auth.go, with Config.AuthenticatePeers), then each event: an invalid one
-// (or one more than five minutes ahead of the clock) is INVALID; one from our own
+// implements) validate the request, check its origin against the Caller the edge
+// read from the connection (auth.go, with Config.AuthenticatePeers), then each event:
+// an invalid one (or one more than five minutes ahead of the clock) is INVALID; one from our own
 // origin is never stored: STALE if the table holds it or newer (an echo), else
 // INVALID and counted (origin.go); otherwise the state table stores it if (version,
 // origin) is newer than the key's entry (OK), answers STALE if not, and BUSY only if
@@ -58,10 +58,10 @@
 // node's own writes of an earlier process are taken back (a restart without
 // --data-dir), and entries relayed from another origin are counted.
 //
-// The receive path is pass-through (wire.go): the edge hands the request's bytes to the
-// node undecoded; package event's ReadEvent takes each event's
-// task_id, version and deleted flag and checks the limits by the same rules as
-// Submit's reader (FuzzReadEvent holds it to protobuf's decoding); a stored event is one copy of its
+// The receive path is pass-through (wire.go): the edge hands the request's bytes to
+// the node undecoded; package event's ReadEvent takes each event's task_id, version
+// and deleted flag and checks the limits by the same rules as Submit's reader
+// (FuzzReadEvent holds it to protobuf's decoding); a stored event is one copy of its
 // bytes into the table's arena, and Subscribe writes those bytes into its messages
 // unchanged (internal/wire's writers), through a send func that takes bytes. At the
 // edge, internal/frame's codec passes such bytes through gRPC as frames and leaves
@@ -77,8 +77,8 @@
 // sees each key once at its latest, costs no memory, and never blocks a writer or
 // another reader. Its messages stay under max_batch_bytes. A stream that falls behind
 // the tombstone horizon (it could miss a deletion) ends with ErrCompacted (the edge
-// says OUT_OF_RANGE), and so does a from_revision below it: the client subscribes again with a snapshot. A snapshot
-// waits until the node's bootstrap has ended (Ready), unless the request sets
+// says OUT_OF_RANGE), and so does a from_revision below it: the client subscribes
+// again with a snapshot. A snapshot waits until the node's bootstrap has ended (Ready), unless the request sets
 // allow_unsynced: before, the table is half-synced, and an app that rebuilds its
 // cache from the snapshot (an informer) would see keys vanish or go back to older
 // versions than it saw before the node restarted.

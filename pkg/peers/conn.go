@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The failure classes of a Replicate call (SPEC §5, and ErrTooLarge, ours). Errors
+// The failure classes of a Replicate call (and ErrTooLarge, ours). Errors
 // returned by Conn.Replicate wrap exactly one of them.
 var (
 	// ErrCongestion: the peer is overloaded; back off for the congestion delay.
@@ -174,7 +174,7 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// Classify maps an error from a Replicate call to one of the classes (SPEC §5):
+// Classify maps an error from a Replicate call to one of the classes:
 // RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED are congestion (a timed-out peer is usually
 // an overloaded one, Eureka PR #1031), except a RESOURCE_EXHAUSTED that says a
 // message was larger than a limit, which is ErrTooLarge (ours: the same request would

@@ -25,7 +25,7 @@
 //
 // This file's package is the only place where gRPC status codes of the client side are
 // looked at: callers branch on the three sentinels with errors.Is and never see a
-// codes.Code (SPEC §5, STYLE §12).
+// codes.Code.
 //
 // The in-memory [FakeNetwork] stands in for real connections in tests of the
 // dispatcher, the way memberlist ships a mock transport next to its real one.

@@ -1,6 +1,6 @@
 // Package purgatory holds operations that wait for something, by key, until
 // they can complete or their deadline passes (seed 003, after Kafka's
-// DelayedOperation and DelayedOperationPurgatory). For fanout (SPEC §7) the
+// DelayedOperation and DelayedOperationPurgatory). For fanout the
 // operation is a Submit waiting for acks, watched under (peer, task_id) keys,
 // completed by acks or by its ack_timeout.
 //

@@ -7,7 +7,7 @@ import (
 )
 
 // The digest tree lets two nodes find the keys on which their tables differ without
-// sending the keys (SPEC §14, anti-entropy). Every entry hashes to 64 bits from
+// sending the keys (anti-entropy). Every entry hashes to 64 bits from
 // (task_id, version, origin, deleted); a leaf is the XOR of the hashes of its entries,
 // the entries whose task_id's xxhash64 starts with the leaf's DigestLeafBits; every
 // inner node is the XOR of its DigestFanout children, so a node's hash is the XOR of

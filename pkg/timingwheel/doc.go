@@ -1,6 +1,6 @@
 // Package timingwheel is a hierarchical timing wheel (seed 003, after Kafka's
 // TimingWheel and SystemTimer): O(1) Add and Stop for the deadlines of the
-// purgatory's waiting operations (SPEC §7), where the runtime's timers cost
+// purgatory's waiting operations, where the runtime's timers cost
 // O(log n) a heap operation and a goroutine per expiry.
 //
 // # Shape

@@ -1,9 +1,7 @@
-package main
+package sidecar
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -13,43 +11,13 @@ import (
 	"github.com/fanout/fanout/pkg/discovery"
 	"github.com/fanout/fanout/pkg/refresh"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 )
 
-// DNS discovery (SPEC §8, issue 11): --peers-dns names a headless Service (A/AAAA)
-// or an SRV record; the peer set is the static --peers plus what it resolves to,
-// minus this node, refreshed on seed 001's supervised schedule (pkg/refresh). A
-// lookup that fails keeps the last good set: a DNS hiccup never empties the mesh.
-
-// discoveryOptions are the flags of DNS discovery.
-type discoveryOptions struct {
-	peersDNS  string
-	refresh   time.Duration
-	dnsServer string
-	maxPeers  int
-}
-
-// defaultMaxPeers caps the peers DNS may name: every peer costs its batcher's
-// goroutines (1 + --workers), a connection and its share of --max-pending-bytes, so a
-// name that answers thousands of addresses must not become thousands of peers. 256
-// is more replicas than a full mesh of sidecars is meant for.
-const defaultMaxPeers = 256
-
-func defaultDiscoveryOptions() discoveryOptions {
-	return discoveryOptions{refresh: 30 * time.Second, maxPeers: defaultMaxPeers}
-}
-
-func (o *discoveryOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.peersDNS, "peers-dns", o.peersDNS, "find peers in DNS: name:port for the A/AAAA records of a headless Service "+
-		"(e.g. fanout-peers.default.svc.cluster.local:7071), or an SRV name starting with _ (e.g. _peer._tcp.fanout-peers.default.svc.cluster.local); "+
-		"combined with --peers; this node's own address is left out")
-	fs.DurationVar(&o.refresh, "peers-refresh", o.refresh, "look --peers-dns up again this often; a lookup that times out doubles the wait, up to 10x, and a success "+
-		"resets it (Eureka's TimedSupervisorTask); a failed lookup keeps the peers found last (a peer calling that is not known also triggers a lookup at once)")
-	fs.StringVar(&o.dnsServer, "dns-server", o.dnsServer, "ask this DNS server (ip:port, or an ip for port 53) instead of the system's resolver (/etc/resolv.conf)")
-	fs.IntVar(&o.maxPeers, "max-peers", o.maxPeers, "take at most this many peers from --peers-dns (the static --peers are not counted); more addresses are "+
-		"refused with a WARN and counted in fanout_peers_dns_refused_addresses, the peers already in the set kept first: every peer costs "+
-		"goroutines, a connection and memory")
-}
+// DNS discovery: DiscoveryConfig.PeersDNS names a headless Service (A/AAAA) or an
+// SRV record; the peer set is the static peers plus what it resolves to, minus this
+// node, refreshed on a supervised schedule (pkg/refresh: a lookup that times out
+// doubles the wait). A lookup that fails keeps the last good set: a DNS hiccup never
+// empties the mesh.
 
 // discoverer keeps the peer set of one node: the static list plus the addresses its
 // DNS target resolves to. Made before the node (its first lookup seeds the node's
@@ -58,8 +26,8 @@ type discoverer struct {
 	target   discovery.Target
 	resolver *discovery.Resolver
 	static   []string
-	listen   string // --peer-addr, to leave this node's own address out
-	maxPeers int    // --max-peers: the most addresses taken from a lookup
+	listen   string // Config.PeerAddr, to leave this node's own address out
+	maxPeers int    // DiscoveryConfig.MaxPeers: the most addresses taken from a lookup
 	interval time.Duration
 	cfg      refresh.Config
 	log      *slog.Logger
@@ -71,51 +39,46 @@ type discoverer struct {
 	task atomic.Pointer[refresh.Task] // nil until start
 }
 
-// newDiscoverer checks the flags; it returns nil without --peers-dns.
-func (o discoveryOptions) newDiscoverer(static []string, listen string, log *slog.Logger) (*discoverer, error) {
-	if o.peersDNS == "" {
-		if o.dnsServer != "" {
-			return nil, errors.New("--dns-server: set without --peers-dns, so nothing would ask it; add --peers-dns or drop --dns-server")
-		}
+// newDiscoverer makes the discoverer of c.PeersDNS; nil without one. Start has
+// validated c's own fields; refresh and discovery check theirs here.
+func newDiscoverer(c DiscoveryConfig, static []string, listen string, log *slog.Logger) (*discoverer, error) {
+	if c.PeersDNS == "" {
 		return nil, nil
 	}
-	target, err := discovery.Parse(o.peersDNS)
+	target, err := discovery.Parse(c.PeersDNS)
 	if err != nil {
 		return nil, err
 	}
-	if err := o.refreshConfig(log).Validate(); err != nil {
-		return nil, forFlags(err)
-	}
-	if o.maxPeers <= 0 {
-		return nil, fmt.Errorf("--max-peers: must be > 0, got %d", o.maxPeers)
+	if err := refreshConfig(c, log).Validate(); err != nil {
+		return nil, err
 	}
 	rc := discovery.DefaultConfig()
-	rc.Server = o.dnsServer
+	rc.Server = c.DNSServer
 	// A lookup may take its whole timeout, but never longer than the refresh period:
 	// a refresh every second must not be held up by a 10s lookup.
-	rc.Timeout = min(rc.Timeout, o.refresh)
+	rc.Timeout = min(rc.Timeout, c.Refresh)
 	r, err := discovery.NewResolver(rc)
 	if err != nil {
-		return nil, forFlags(err)
+		return nil, err
 	}
-	d := &discoverer{target: target, resolver: r, static: static, listen: listen, interval: o.refresh, maxPeers: o.maxPeers}
-	d.cfg = o.refreshConfig(log.With("component", "discovery", "peers_dns", target.String()))
+	d := &discoverer{target: target, resolver: r, static: static, listen: listen, interval: c.Refresh, maxPeers: c.MaxPeers}
+	d.cfg = refreshConfig(c, log.With("component", "discovery", "peers_dns", target.String()))
 	d.log = d.cfg.Logger
 	return d, nil
 }
 
-// refreshConfig is the supervised schedule of the lookups: every --peers-refresh,
-// doubled by each timeout up to 10x (refresh's defaults, seed 001's rule).
-func (o discoveryOptions) refreshConfig(log *slog.Logger) refresh.Config {
+// refreshConfig is the supervised schedule of the lookups: every c.Refresh, doubled
+// by each timeout up to 10x (refresh's defaults).
+func refreshConfig(c DiscoveryConfig, log *slog.Logger) refresh.Config {
 	cfg := refresh.DefaultConfig()
 	cfg.Name = "peers-dns"
-	cfg.Interval = o.refresh
+	cfg.Interval = c.Refresh
 	cfg.Logger = log
 	return cfg
 }
 
 // lookup resolves the target, leaves this node out and caps the rest at
-// --max-peers (capPeers), recording and logging what it refused.
+// DiscoveryConfig.MaxPeers (capPeers), recording and logging what it refused.
 func (d *discoverer) lookup(ctx context.Context) ([]string, error) {
 	addrs, err := d.resolver.Lookup(ctx, d.target)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"log/slog"
@@ -27,35 +27,35 @@ type readinessNode interface {
 
 var _ readinessNode = (*fanout.Node)(nil)
 
-// publishReadiness keeps the named health service readinessService equal to
+// publishReadiness keeps the named health service ReadinessService equal to
 // n.Readiness() (which /readyz, GetStatus and fanout_ready read directly): it stays
 // NOT_SERVING until the bootstrap ends, then follows every change, read at once when
 // the node signals one (ReadinessChanged: a data dir whose commits fail, then work) and
-// every poll (for what changes with time alone, such as a certificate's expiry), and logs each (INFO when ready, WARN with the reason when not). It
-// returns when the node closes. After h.Shutdown (draining) its updates are no-ops.
-func publishReadiness(n readinessNode, h *health.Server, poll time.Duration, log *slog.Logger) {
+// at every tick of poll (for what changes with time alone, such as a certificate's
+// expiry; the caller owns the ticker, every readinessPoll), and logs each (INFO when
+// ready, WARN with the reason when not). It returns when the node closes. After
+// h.Shutdown (draining) its updates are no-ops.
+func publishReadiness(n readinessNode, h *health.Server, poll <-chan time.Time, log *slog.Logger) {
 	select {
 	case <-n.Ready():
 	case <-n.Done():
 		return
 	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
 	first, was := true, false
 	for {
 		changed := n.ReadinessChanged() // before Readiness: a change after it closes this
 		if ready, reason := n.Readiness(); (first || ready != was) && !n.Draining() {
 			first, was = false, ready
 			if ready {
-				h.SetServingStatus(readinessService, healthpb.HealthCheckResponse_SERVING)
+				h.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_SERVING)
 				log.Info("ready", "reason", reason)
 			} else {
-				h.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+				h.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_NOT_SERVING)
 				log.Warn("not ready", "reason", reason)
 			}
 		}
 		select {
-		case <-t.C:
+		case <-poll:
 		case <-changed:
 		case <-n.Done():
 			return

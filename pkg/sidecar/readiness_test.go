@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"context"
@@ -23,8 +23,8 @@ func (f *fakeReadiness) Ready() <-chan struct{} { return f.ready }
 func (f *fakeReadiness) Done() <-chan struct{}  { return f.done }
 func (f *fakeReadiness) Draining() bool         { return false }
 
-// ReadinessChanged never fires: the test relies on the poll, as a certificate's
-// expiry does.
+// ReadinessChanged never fires: the test relies on the poll's ticks, as a
+// certificate's expiry does.
 func (f *fakeReadiness) ReadinessChanged() <-chan struct{} { return nil }
 func (f *fakeReadiness) Readiness() (bool, string) {
 	f.mu.Lock()
@@ -39,15 +39,17 @@ func (f *fakeReadiness) set(ok bool, reason string) {
 
 // TestPublishReadiness: the health service stays NOT_SERVING until the bootstrap
 // ends, then follows the node's readiness both ways (a certificate that expires, one
-// renewed), and publishReadiness returns when the node closes.
+// renewed) at the poll's next tick, and publishReadiness returns when the node
+// closes.
 func TestPublishReadiness(t *testing.T) {
 	f := &fakeReadiness{ready: make(chan struct{}), done: make(chan struct{}), ok: true, reason: "ready: synced"}
 	h := health.NewServer()
-	h.SetServingStatus(readinessService, healthpb.HealthCheckResponse_NOT_SERVING)
+	h.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_NOT_SERVING)
 	ret := make(chan struct{})
+	poll := make(chan time.Time) // unbuffered: a send returns once the publisher took the tick
 	go func() {
 		defer close(ret)
-		publishReadiness(f, h, time.Millisecond, slog.New(slog.DiscardHandler))
+		publishReadiness(f, h, poll, slog.New(slog.DiscardHandler))
 	}()
 	// Watch sends every change of the service's status, in order.
 	updates := make(chan healthpb.HealthCheckResponse_ServingStatus, 16)
@@ -55,7 +57,7 @@ func TestPublishReadiness(t *testing.T) {
 	watching := make(chan struct{})
 	go func() {
 		defer close(watching)
-		_ = h.Watch(&healthpb.HealthCheckRequest{Service: readinessService}, &watchStream{ctx: ctx, out: updates})
+		_ = h.Watch(&healthpb.HealthCheckRequest{Service: ReadinessService}, &watchStream{ctx: ctx, out: updates})
 	}()
 	defer func() { cancel(); <-watching }()
 	next := func(want healthpb.HealthCheckResponse_ServingStatus, when string) {
@@ -69,12 +71,22 @@ func TestPublishReadiness(t *testing.T) {
 			t.Fatalf("%s: no change to %s within 10s", when, want)
 		}
 	}
+	tick := func() {
+		t.Helper()
+		select {
+		case poll <- time.Now():
+		case <-time.After(10 * time.Second):
+			t.Fatal("publishReadiness took no tick of its poll within 10s")
+		}
+	}
 	next(healthpb.HealthCheckResponse_NOT_SERVING, "before the bootstrap ends")
 	close(f.ready)
 	next(healthpb.HealthCheckResponse_SERVING, "the bootstrap ended")
 	f.set(false, "not ready: certificate expired")
+	tick()
 	next(healthpb.HealthCheckResponse_NOT_SERVING, "the certificate expired")
 	f.set(true, "ready: synced")
+	tick()
 	next(healthpb.HealthCheckResponse_SERVING, "a renewed certificate")
 	close(f.done)
 	select {

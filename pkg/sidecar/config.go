@@ -1,0 +1,156 @@
+package sidecar
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/fanout/fanout/pkg/configerr"
+	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/mesh"
+	"github.com/fanout/fanout/pkg/peertls"
+	"github.com/fanout/fanout/pkg/store"
+)
+
+// Config is everything Start assembles into one sidecar. Start copies it; change
+// nothing after. Plain values: cmd/sidecar fills it from its flags, the demo and tests
+// from DefaultConfig.
+type Config struct {
+	// Node configures the node. Start sets Logger, Store, AuthenticatePeers,
+	// NewTransport (the mesh) and OnReplicate.
+	Node fanout.Config
+	// Mesh configures the node's transport (pkg/mesh). Mesh.Peers are the static
+	// peers (DNS discovery adds to them). Start sets Logger, Dial, ReadyCheck, the
+	// node's limits (EventBytes, MaxEventBytes, MaxTaskIDBytes), and with DNS
+	// discovery OnUnknownPeer and ReturnMemory. Mesh.MaxPendingBytes 0: a quarter of
+	// Go's memory limit, or 256 MiB without one (pendingBudget).
+	Mesh mesh.Config
+	// NodeIDGiven says the operator chose Node.NodeID: a data dir saved under another
+	// id is then an error. false: Node.NodeID is a default (the hostname), and a data
+	// dir's saved id wins over it.
+	NodeIDGiven bool
+
+	// AppAddr is the FanoutService listener for the local app: host:port or
+	// unix:///path. 127.0.0.1:7070: loopback, so that only the local app may submit.
+	AppAddr string
+	// PeerAddr is the PeerService listener for the other sidecars. 0.0.0.0:7071: all
+	// interfaces, since peers are on other hosts.
+	PeerAddr string
+	// AppListener and PeerListener, if set, are used instead of AppAddr and PeerAddr
+	// (the demo binds :0 ports first, to learn every node's address before any
+	// starts). Start owns them from then on: it closes them, even when it fails.
+	AppListener, PeerListener net.Listener
+	// AdminAddr serves HTTP /metrics, /healthz, /readyz and gRPC health. 0.0.0.0:9090:
+	// probes and scrapes come from outside the pod. Empty: no admin listener.
+	AdminAddr string
+	// PprofAddr serves Go's profiles (/debug/pprof/) on a listener of its own. Empty:
+	// off; profiles and the command line are not for whoever reaches AdminAddr.
+	PprofAddr string
+	// AppSocketMode is the file mode of a unix:// AppAddr socket. 0600: only this
+	// user may connect (0660 lets an app of the same group in).
+	AppSocketMode os.FileMode
+	// AppTokenFile holds the bearer token apps must send on the app listener,
+	// re-read every second. Empty: no token (fine on loopback or a unix socket).
+	AppTokenFile string
+	// PeerTLS are the files of mutual TLS between peers. Zero: plaintext peers.
+	PeerTLS peertls.Files
+	// ReplicateStream sends every peer's batches on one long-lived ReplicateStream.
+	// true: no per-call headers and stream setup; false: one unary Replicate call per
+	// batch, as sidecars before API v1.1 do.
+	ReplicateStream bool
+
+	// DataDir keeps the state table, the clock and the node id (pebble). Empty:
+	// memory only.
+	DataDir string
+	// DataDirMinFreeBytes is store.Config.MinFreeBytes: below this much free space
+	// commits are refused. store.DefaultMinFreeBytes gives its reason.
+	DataDirMinFreeBytes int64
+
+	// Discovery finds peers in DNS. Zero PeersDNS: static peers only.
+	Discovery DiscoveryConfig
+	// MemoryLimit is Go's soft memory limit, which Start sets first. The zero value
+	// leaves the process's limit alone: several nodes in one process (the demo,
+	// tests) share it.
+	MemoryLimit MemoryLimit
+	// ShutdownTimeout bounds Run's drain once its context is done (0 or less: the
+	// drain ends at once). 10s fits in Kubernetes' default 30s termination grace
+	// period.
+	ShutdownTimeout time.Duration
+
+	// Build names what runs, in the start-up log line and fanout_build_info.
+	Build Build
+	// Logger gets the sidecar's and the node's logs. nil: JSON on stderr.
+	Logger *slog.Logger
+}
+
+// DiscoveryConfig configures DNS discovery of peers.
+type DiscoveryConfig struct {
+	// PeersDNS is name:port for the A/AAAA records of a headless Service, or an SRV
+	// name starting with _. Empty: no DNS discovery.
+	PeersDNS string
+	// Refresh is how often PeersDNS is looked up again. 30s: a Kubernetes rollout
+	// replaces a pod in tens of seconds, and the DNS server sees one query per node
+	// per 30s (refresh.DefaultConfig).
+	Refresh time.Duration
+	// DNSServer asks this server (ip:port, or an ip for port 53) instead of the
+	// system's resolver. Empty: /etc/resolv.conf.
+	DNSServer string
+	// MaxPeers caps the peers taken from DNS (the static peers are not counted).
+	// defaultMaxPeers gives the reason of its default.
+	MaxPeers int
+}
+
+// Build names the running build.
+type Build struct {
+	Version  string // "v1.2.3", or "dev"
+	Revision string // the VCS commit, "+dirty" if the tree had changes; "unknown" if not recorded
+}
+
+// defaultMaxPeers caps the peers DNS may name: every peer costs its batcher's
+// goroutines (1 + workers), a connection and its share of the pending bytes, so a
+// name that answers thousands of addresses must not become thousands of peers. 256
+// is more replicas than a full mesh of sidecars is meant for.
+const defaultMaxPeers = 256
+
+// defaultSocketMode: only the sidecar's own user may connect to a unix app socket.
+const defaultSocketMode os.FileMode = 0o600
+
+// DefaultConfig returns the defaults of `sidecar serve`; each field's comment gives
+// its reason.
+func DefaultConfig() Config {
+	mc := mesh.DefaultConfig()
+	mc.MaxPendingBytes = 0 // from the memory limit, at Start
+	return Config{
+		Node:                fanout.DefaultConfig(),
+		Mesh:                mc,
+		AppAddr:             "127.0.0.1:7070",
+		PeerAddr:            "0.0.0.0:7071",
+		AdminAddr:           "0.0.0.0:9090",
+		AppSocketMode:       defaultSocketMode,
+		ReplicateStream:     true,
+		DataDirMinFreeBytes: store.DefaultMinFreeBytes,
+		Discovery:           DiscoveryConfig{Refresh: 30 * time.Second, MaxPeers: defaultMaxPeers},
+		ShutdownTimeout:     10 * time.Second,
+	}
+}
+
+// validate checks what Start does not hand to a library that checks it itself
+// (fanout.Config, store.Config, refresh.Config, discovery.Config do).
+func (c *Config) validate() error {
+	var errs []error
+	check := func(ok bool, field, format string, args ...any) {
+		if !ok {
+			errs = append(errs, configerr.New(field, format, args...))
+		}
+	}
+	check(c.AppSocketMode&^os.ModePerm == 0, "sidecar.Config.AppSocketMode", "must be a permission mode (at most 0777), got %#o", c.AppSocketMode)
+	if c.Discovery.PeersDNS == "" {
+		check(c.Discovery.DNSServer == "", "sidecar.Config.Discovery.DNSServer",
+			"set without sidecar.Config.Discovery.PeersDNS, so nothing would ask it; add sidecar.Config.Discovery.PeersDNS or drop sidecar.Config.Discovery.DNSServer")
+	} else {
+		check(c.Discovery.MaxPeers > 0, "sidecar.Config.Discovery.MaxPeers", "must be > 0, got %d", c.Discovery.MaxPeers)
+	}
+	return errors.Join(errs...)
+}
