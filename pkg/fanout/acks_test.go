@@ -233,8 +233,8 @@ func TestAckByReplacement(t *testing.T) {
 	select {
 	case resp := <-got:
 		wantAcks(t, resp, true, map[string]fanoutv1.PeerAckState{"p1": acked})
-	case <-time.After(5 * time.Second):
-		t.Fatal("the replaced event was never acknowledged")
+	case <-time.After(waitTimeout):
+		t.Fatalf("the replaced event was not acknowledged within %s", waitTimeout)
 	}
 }
 

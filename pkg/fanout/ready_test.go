@@ -203,8 +203,8 @@ func TestReadyCheck(t *testing.T) {
 	clock.Fire(t, "the retry after which the check passes", retry)
 	select {
 	case <-tn.node.Ready():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the bootstrap did not end within 5s of the check passing")
+	case <-time.After(waitTimeout):
+		t.Fatalf("the bootstrap did not end within %s of the check passing", waitTimeout)
 	}
 	if ok, reason := tn.node.Readiness(); !ok || reason != "ready: no peers to sync with" {
 		t.Errorf("with the check passing: ready %t, %q", ok, reason)

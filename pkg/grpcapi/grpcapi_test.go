@@ -161,8 +161,8 @@ func recv(t *testing.T, ch <-chan *fanoutv1.SubscribeResponse) *fanoutv1.Subscri
 			t.Fatal("subscribe stream ended")
 		}
 		return r
-	case <-time.After(5 * time.Second):
-		t.Fatal("no delivery within 5s")
+	case <-time.After(waitTimeout):
+		t.Fatalf("no delivery within %s", waitTimeout)
 	}
 	return nil
 }
