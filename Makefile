@@ -78,10 +78,12 @@ lint:
 	$(BUF) lint
 
 ## docs-check: README and docs/BENCHMARKS.md stay references a newcomer reads, not
-## journals: at most 300 and 600 lines (history lives in git)
+## journals: at most 300 and 600 lines (history lives in git); no file cites a SPEC
+## section (a file outside the repository)
 docs-check:
 	@n=$$(wc -l <README.md); if [ $$n -gt 300 ]; then echo "README.md is $$n lines, at most 300: move detail to docs/"; exit 1; fi
 	@n=$$(wc -l <docs/BENCHMARKS.md); if [ $$n -gt 600 ]; then echo "docs/BENCHMARKS.md is $$n lines, at most 600: keep the current figure per measure"; exit 1; fi
+	@f=$$(git grep -l 'SPEC §' -- . ':!cmd/sidecar/root_test.go' ':!Makefile'); if [ -n "$$f" ]; then echo "these files cite a SPEC section, a file outside the repository: say the rule itself"; echo "$$f"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

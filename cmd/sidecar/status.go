@@ -272,7 +272,7 @@ func printPeerErrors(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time)
 	fmt.Fprintln(w)
 }
 
-// printSync prints each peer's anti-entropy rounds (SPEC §14).
+// printSync prints each peer's anti-entropy rounds.
 func printSync(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -7,7 +7,7 @@ import (
 	"github.com/fanout/fanout/pkg/batcher"
 )
 
-// Ack-waiting Submits (SPEC §7) are ops of package acks: the ledger resolves them from
+// Ack-waiting Submits are ops of package acks: the ledger resolves them from
 // the batchers' fates, the purgatory completes them. This file maps the node's words
 // onto the package's: a batcher's Fate onto an acks.Fate, an acks.State onto the API's
 // PeerAckState, and an AckPolicy onto the number of peers it needs.

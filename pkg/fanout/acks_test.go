@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
 	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
@@ -50,26 +51,17 @@ func TestNeedFor(t *testing.T) {
 // gatedPeer answers OK, but only once open is closed; it counts calls.
 type gatedPeer struct {
 	open  chan struct{}
-	mu    sync.Mutex
-	calls int
+	calls tally
 }
 
 func (g *gatedPeer) handle(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-	g.mu.Lock()
-	g.calls++
-	g.mu.Unlock()
+	g.calls.add()
 	select {
 	case <-g.open:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	return allItems(req, fanoutv1.ItemStatus_ITEM_STATUS_OK), nil
-}
-
-func (g *gatedPeer) callCount() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.calls
 }
 
 // ackCluster starts node "a" with peers named in handlers, each answered by its handler
@@ -200,7 +192,7 @@ func TestAckDroppedOnOverflow(t *testing.T) {
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("busy", "")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the worker to be busy", func() bool { return g.callCount() == 1 })
+	g.calls.await(t, "the worker to be busy", 1)
 	resp := submitAck(t, tn, fanoutv1.AckPolicy_ACK_POLICY_ALL, time.Minute, ev("y", ""), ev("z", ""))
 	wantAcks(t, resp, false, map[string]fanoutv1.PeerAckState{"p1": dropped})
 	if !strings.Contains(resp.PeerAcks[0].Detail, "overflow") {
@@ -213,46 +205,60 @@ func TestAckDroppedOnOverflow(t *testing.T) {
 // acknowledged when the newer one is.
 func TestAckByReplacement(t *testing.T) {
 	g := &gatedPeer{open: make(chan struct{})}
-	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": g.handle}, func(c *nodeConfig) { c.Mesh.Batcher.Workers = 1 })
+	var overridden tally // fates Overridden of k
+	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": g.handle}, func(c *nodeConfig) {
+		c.Mesh.Batcher.Workers = 1
+		c.onFate = func(_ string, t *batcher.Task[wire.Outgoing], f batcher.Fate) {
+			if t.ID == "k" && f == batcher.FateOverridden {
+				overridden.add()
+			}
+		}
+	})
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("hold", "")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the worker to be busy", func() bool { return g.callCount() == 1 })
+	g.calls.await(t, "the worker to be busy", 1)
 	got := make(chan *fanoutv1.SubmitResponse, 1)
 	go func() {
 		resp, _ := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, Events: []*fanoutv1.Event{ev("k", "old")}})
 		got <- resp
 	}()
-	waitFor(t, "the old version to wait in pending", func() bool { return tn.node.purg.Watched() > 0 && peerStatus(tn).Pending == 1 })
+	// Pending is a batcher counter: no event says the acceptor took the old version.
+	pollStats(t, "the old version to wait in pending", func() bool { return tn.node.purg.Watched() > 0 && peerStatus(tn).Pending == 1 })
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "new")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new version to replace it", func() bool { return peerStatus(tn).Overridden == 1 })
+	overridden.await(t, "the new version to replace it (the old one's fate Overridden)", 1)
 	close(g.open)
 	select {
 	case resp := <-got:
 		wantAcks(t, resp, true, map[string]fanoutv1.PeerAckState{"p1": acked})
-	case <-time.After(5 * time.Second):
-		t.Fatal("the replaced event was never acknowledged")
+	case <-time.After(waitTimeout):
+		t.Fatalf("the replaced event was not acknowledged within %s", waitTimeout)
 	}
 }
 
 func TestAckCancelledCallRemovesOperation(t *testing.T) {
-	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": nil}, nil)
+	var conns connWatch
+	tn := ackCluster(t, map[string]peers.FakeHandler{"p1": nil}, func(c *nodeConfig) { c.Mesh.Dial = conns.wrap(c.Mesh.Dial) })
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
 		_, err := tn.app.Submit(ctx, &fanoutv1.SubmitRequest{Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(time.Hour), Events: []*fanoutv1.Event{ev("k", "")}})
 		errc <- err
 	}()
-	waitFor(t, "the operation to be watched", func() bool { return tn.node.purg.Watched() > 0 })
+	// The operation is watched before its event is handed to p1's batcher, whose
+	// worker then calls p1.
+	waitOn(t, "the operation to be watched", conns.of("p1").calls.changed, func() bool { return tn.node.purg.Watched() > 0 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) { // the edge's CANCELED
 		t.Fatalf("cancelled Submit: %v, want CANCELED", err)
 	}
-	waitFor(t, "the operation, its timer and its waiters to be gone", func() bool {
-		return tn.node.purg.Watched() == 0 && tn.node.purg.Delayed() == 0 && tn.node.ledger.Waiting() == 0
-	})
+	// The Submit cancels its operation (its watches, its timer) and unregisters its
+	// waiters before it returns.
+	if w, d, l := tn.node.purg.Watched(), tn.node.purg.Delayed(), tn.node.ledger.Waiting(); w != 0 || d != 0 || l != 0 {
+		t.Fatalf("after the cancelled Submit returned: %d watched, %d delayed, %d waiting; want the operation, its timer and its waiters gone", w, d, l)
+	}
 }
 
 func TestAckTimeoutCappedByCallDeadline(t *testing.T) {

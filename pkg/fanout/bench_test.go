@@ -75,8 +75,17 @@ func benchPair(b *testing.B, workers int, unary bool) (*fanout.Node, *fanout.Nod
 	// The stream reads changes after the revision it registers at: an event stored
 	// before would be missed, and the benchmark would wait for it forever (it did, once
 	// in ~15 runs on a loaded machine).
-	for nb.Status().GetSubscribers() == 0 {
-		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
+	deadline := time.After(10 * time.Second) // generous: a busy machine
+	for {
+		counted := nb.SubscribersChanged()
+		if nb.Status().GetSubscribers() > 0 {
+			break
+		}
+		select {
+		case <-counted:
+		case <-deadline:
+			b.Fatal("the subscriber on b was not counted within 10s")
+		}
 	}
 	return na, nb, got, func() {
 		cancel()

@@ -20,12 +20,14 @@ import (
 // request as gRPC does, and takes every event of a smaller one.
 type limitedPeer struct {
 	limit int
+	calls tally // counted as each call ends, what it received recorded
 	mu    sync.Mutex
 	got   map[string]bool // task ids received
 	sizes []int           // events per call, refused or not
 }
 
 func (p *limitedPeer) handle(_ context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
+	defer p.calls.add()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sizes = append(p.sizes, len(req.Events))
@@ -68,7 +70,7 @@ func TestPeerRefusesTooLarge(t *testing.T) {
 		!strings.Contains(resp.PeerAcks[0].Detail, "too large") {
 		t.Fatalf("ack of a request with an event too large for the peer: %v", resp)
 	}
-	waitFor(t, "every small event at the peer", func() bool {
+	waitOn(t, "every small event at the peer", p.calls.changed, func() bool {
 		for _, ev := range events[1:] {
 			if !p.received(ev.TaskId) {
 				return false
@@ -78,7 +80,7 @@ func TestPeerRefusesTooLarge(t *testing.T) {
 	})
 	// The peer records an event before its answer reaches this node: wait for the
 	// answers to be counted too.
-	waitFor(t, "nothing pending or in flight", func() bool {
+	drained(t, tn, "nothing pending or in flight", func() bool {
 		st := peerStatus(tn)
 		return st.InFlight == 0 && st.Pending == 0
 	})
@@ -95,7 +97,7 @@ func TestPeerRefusesTooLarge(t *testing.T) {
 	if calls > 20 {
 		t.Errorf("%d calls for 41 events: splitting should take a few", calls)
 	}
-	waitFor(t, "the WARN line naming the dropped event", func() bool {
+	waitOn(t, "the WARN line naming the dropped event", logs.writes.changed, func() bool {
 		return strings.Contains(logs.String(), `"task_ids":["huge"]`)
 	})
 }
@@ -124,7 +126,9 @@ func TestPendingBoundedInBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the queue to settle", func() bool { return peerStatus(tn).GetAcceptorQueue() == 0 })
+	// The peer never answers: its batcher does not empty, and no event says its
+	// acceptor took the last Submit.
+	pollStats(t, "the queue to settle", func() bool { return peerStatus(tn).GetAcceptorQueue() == 0 })
 	st := peerStatus(tn)
 	if st.PendingBytes > 64<<10 || st.PendingBytes < 48<<10 || st.Overflow == 0 || st.Pending+st.InFlight+st.Overflow != 100 {
 		t.Fatalf("peer status %v: want pending within 64 KiB, the rest overflow", st)

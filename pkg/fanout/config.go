@@ -36,7 +36,7 @@ type Config struct {
 	// State bounds the state table (state.DefaultConfig gives the reasons).
 	// FirstRevision and Collected are set by the Node.
 	State state.Config
-	// Limits are the input bounds of SPEC §10.
+	// Limits are the input bounds (package event).
 	Limits Limits
 	// Logger gets structured logs. Default: JSON on stderr.
 	Logger *slog.Logger
@@ -57,7 +57,7 @@ type Config struct {
 	OnReplicate func(origin string)
 }
 
-// DefaultConfig returns the defaults of SPEC §4, §6 and §10.
+// DefaultConfig returns the defaults; the reason for each is next to its field.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{

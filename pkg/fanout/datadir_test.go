@@ -115,7 +115,8 @@ func TestDataDirForgetsCollectedTombstones(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	cfg := testConfig("a")
-	cfg.Store = st
+	deleted := &tally{} // the keys the store deleted
+	cfg.Store = watchedStore{st, deleted}
 	cfg.Now = func() time.Time { return time.Unix(0, now.Load()) }
 	cfg.State.TombstoneTTL = time.Hour
 	n, err := newNode(cfg)
@@ -142,8 +143,13 @@ func TestDataDirForgetsCollectedTombstones(t *testing.T) {
 	if c := n.table.Collect(cfg.Now()); c != 2 {
 		t.Fatalf("collected %d tombstones, want 2 (gone, late)", c)
 	}
-	waitFor(t, "the collected tombstones deleted on disk", func() bool { return n.persist.Stats().Deletes == 2 })
+	// The running persister deletes them (the node's Close would too); it counts them
+	// after the commit, which its Close waits for.
+	deleted.await(t, "the collected tombstones deleted on disk", 2)
 	n.Close()
+	if d := n.persist.Stats().Deletes; d != 2 {
+		t.Fatalf("the data dir deleted %d collected tombstones, want 2", d)
+	}
 	recs := storeRecords(t, st)
 	if _, ok := recs["gone"]; ok {
 		t.Fatal("collected tombstone gone is still on disk")

@@ -81,7 +81,9 @@
 // again with a snapshot. A snapshot waits until the node's bootstrap has ended (Ready), unless the request sets
 // allow_unsynced: before, the table is half-synced, and an app that rebuilds its
 // cache from the snapshot (an informer) would see keys vanish or go back to older
-// versions than it saw before the node restarted.
+// versions than it saw before the node restarted. The open streams are counted
+// (GetStatus's subscribers), a live-only one from the revision it follows on;
+// SubscribersChanged is closed at each change of the count.
 //
 // Wait for acks. A Submit with ack ONE, QUORUM or ALL becomes an op of package acks:
 // the transport's Publish first tells the node the destinations it hands the events to

@@ -21,7 +21,8 @@ import (
 type scriptedPeer struct {
 	mu     sync.Mutex
 	script []func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
-	calls  int
+	calls  int   // guarded by mu
+	called tally // counted as each call starts
 }
 
 func (p *scriptedPeer) handle(_ context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
@@ -29,6 +30,7 @@ func (p *scriptedPeer) handle(_ context.Context, req *fanoutv1.ReplicateRequest)
 	i := p.calls
 	p.calls++
 	p.mu.Unlock()
+	p.called.add()
 	if i < len(p.script) {
 		return p.script[i](req)
 	}
@@ -76,7 +78,7 @@ func nodeWithPeer(t *testing.T, handler peers.FakeHandler, tweak func(*nodeConfi
 
 func peerStatus(tn *testNode) *fanoutv1.PeerStatus { return tn.node.Status().Peers[0] }
 
-// TestFailureClassesAtTheEdge covers every row of SPEC §5's table and the per-item
+// TestFailureClassesAtTheEdge covers every row of the failure-class table (docs/ARCHITECTURE.md) and the per-item
 // statuses: what is counted, whether the batch is retried, and whether the event
 // finally arrives.
 func TestFailureClassesAtTheEdge(t *testing.T) {
@@ -110,7 +112,7 @@ func TestFailureClassesAtTheEdge(t *testing.T) {
 			if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the event's fate", func() bool {
+			drained(t, tn, "the event's fate", func() bool {
 				st := peerStatus(tn)
 				return st.Succeeded+st.Stale+st.Permanent == 1 && st.Pending == 0 && st.InFlight == 0
 			})
@@ -123,7 +125,7 @@ func TestFailureClassesAtTheEdge(t *testing.T) {
 			if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k2", "")}}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "a later event to be sent by the same worker", func() bool { return p.callCount() > c.want.calls })
+			waitOn(t, "a later event to be sent by the same worker", p.called.changed, func() bool { return p.callCount() > c.want.calls })
 		})
 	}
 }
@@ -146,14 +148,16 @@ func TestBreakerOpenHoldsEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "all five accepted", func() bool { return peerStatus(tn).Accepted == 5 })
+	// The breaker holds the event: the batcher does not empty, and its counters have
+	// no event (the four fates Overridden come a step before Accepted is published).
+	pollStats(t, "all five accepted", func() bool { return peerStatus(tn).Accepted == 5 })
 	st := peerStatus(tn)
 	if st.Breaker != "open" || st.Pending != 1 || st.Overridden != 4 || p.callCount() != 0 {
 		t.Fatalf("while open: breaker %s pending %d overridden %d calls %d; want open, 1 pending, 4 coalesced, no calls",
 			st.Breaker, st.Pending, st.Overridden, p.callCount())
 	}
 	fb.Set(breaker.Closed, 0)
-	waitFor(t, "delivery after close", func() bool { return peerStatus(tn).Succeeded == 1 })
+	drained(t, tn, "delivery after close", func() bool { return peerStatus(tn).Succeeded == 1 })
 	if calls, refused, _ := fb.Counts(); calls != 1 || refused != 0 || p.callCount() != 1 {
 		t.Fatalf("calls %d refused %d peer calls %d; want the latest version sent once", calls, refused, p.callCount())
 	}
@@ -174,7 +178,18 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 		}
 		return allItems(req, fanoutv1.ItemStatus_ITEM_STATUS_OK), nil
 	}
-	tn := nodeWithPeer(t, handler, func(cfg *nodeConfig) { cfg.Mesh.Breaker.OpenFor = 50 * time.Millisecond })
+	var changes tally // the breaker's transitions
+	tn := nodeWithPeer(t, handler, func(cfg *nodeConfig) {
+		cfg.Mesh.Breaker.OpenFor = 50 * time.Millisecond
+		cfg.Mesh.NewBreaker = func(c breaker.Config) (breaker.Breaker, error) { // the real one, its transitions told
+			logged := c.OnStateChange
+			c.OnStateChange = func(name string, from, to breaker.State) {
+				logged(name, from, to)
+				changes.add()
+			}
+			return breaker.New(c)
+		}
+	})
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +199,7 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 			return err == nil && st.Peers[0].Breaker == want
 		}
 	}
-	waitFor(t, "breaker open after 5 network failures", breakerIs("open"))
+	waitOn(t, "breaker open after 5 network failures", changes.changed, breakerIs("open"))
 	// The peer's own count of failed calls moves in step with the breaker (both happen
 	// inside the worker's call); the batcher's transient counter lags them by one
 	// acceptor step and also counts the calls refused while open.
@@ -194,7 +209,8 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 	}
 	down = false
 	mu.Unlock()
-	waitFor(t, "probe closes the breaker and the event arrives", func() bool {
+	waitOn(t, "probe closes the breaker", changes.changed, breakerIs("closed"))
+	drained(t, tn, "probe closes the breaker and the event arrives", func() bool {
 		return breakerIs("closed")() && peerStatus(tn).Succeeded == 1
 	})
 }
@@ -214,8 +230,9 @@ func TestPeerLastError(t *testing.T) {
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "v")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the network failure, then the permanent one", func() bool { return p.callCount() >= 2 })
-	waitFor(t, "the permanent failure recorded", func() bool { return peerStatus(tn).GetLastError().GetClass() == "permanent" })
+	p.called.await(t, "the network failure, then the permanent one", 2)
+	// Recorded before the batch's result: the event, dropped, empties the batcher.
+	drained(t, tn, "the permanent failure recorded", func() bool { return peerStatus(tn).GetLastError().GetClass() == "permanent" })
 	e := peerStatus(tn).GetLastError()
 	if !strings.Contains(e.GetMessage(), "scripted") || e.GetAt() == nil {
 		t.Fatalf("last error %v; want the peer's message and a time", e)
@@ -228,13 +245,15 @@ func TestPeerLastError(t *testing.T) {
 }
 
 // syncWriter is a log buffer that slog handlers on several goroutines may write to
-// while the test reads it.
+// while the test reads it; writes counts the lines written, for a test to wait on.
 type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu     sync.Mutex
+	b      strings.Builder
+	writes tally
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {
+	defer s.writes.add()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)

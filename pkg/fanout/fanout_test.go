@@ -6,6 +6,8 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peers"
 	"go.uber.org/goleak"
@@ -28,6 +30,8 @@ type testNode struct {
 type nodeConfig struct {
 	Config
 	Mesh mesh.Config
+	// onFate, if set, is told every fate the mesh reports, after the node (fateNode).
+	onFate func(dest string, t *batcher.Task[wire.Outgoing], f batcher.Fate)
 }
 
 func testConfig(id string, peerAddrs ...string) nodeConfig {
@@ -53,8 +57,12 @@ func newMeshNode(cfg nodeConfig) (*Node, *mesh.Mesh, error) {
 	}
 	var m *mesh.Mesh
 	cfg.NewTransport = func(n *Node) (Transport, error) {
+		var mn mesh.Node = n
+		if cfg.onFate != nil {
+			mn = fateNode{n, cfg.onFate}
+		}
 		var err error
-		if m, err = mesh.New(mc, n); err != nil {
+		if m, err = mesh.New(mc, mn); err != nil {
 			return nil, err
 		}
 		return m, nil
@@ -128,7 +136,7 @@ func subscribe(t *testing.T, tn *testNode, prefix string) <-chan *fanoutv1.Subsc
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	// Wait until the server has registered the stream, so nothing is missed.
-	waitFor(t, "subscriber registered", func() bool { return tn.node.subscribers.Load() > 0 })
+	waitOn(t, "subscriber registered", tn.node.SubscribersChanged, func() bool { return tn.node.subscribers.Load() > 0 })
 	return ch
 }
 
@@ -140,22 +148,10 @@ func recv(t *testing.T, ch <-chan *fanoutv1.SubscribeResponse) *fanoutv1.Subscri
 			t.Fatal("subscribe stream ended")
 		}
 		return r
-	case <-time.After(5 * time.Second):
-		t.Fatal("no delivery within 5s")
+	case <-time.After(waitTimeout):
+		t.Fatalf("no delivery within %s", waitTimeout)
 	}
 	return nil
-}
-
-// waitFor polls cond until it holds or 5s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
-	}
 }
 
 func ev(id string, payload string) *fanoutv1.Event {

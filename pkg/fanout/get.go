@@ -24,7 +24,7 @@ const (
 	getPageBytes = 1 << 20
 )
 
-// Get reads the state table (SPEC §13): the entries of task_ids, or one page of the
+// Get reads the state table: the entries of task_ids, or one page of the
 // entries under prefix in revision order. Deleted keys are omitted.
 func (n *Node) Get(req *fanoutv1.GetRequest) (*fanoutv1.GetResponse, error) {
 	if err := n.validateGet(req); err != nil {

@@ -43,7 +43,7 @@ type Node struct {
 	clock hlc
 	table *state.Table
 
-	subscribers atomic.Int64  // open Subscribe streams
+	subscribers streamCount   // open Subscribe streams (subscribe.go)
 	delivered   atomic.Uint64 // entries sent on Subscribe streams
 
 	// For /metrics (observe.go): submitted events by outcome, received ones by origin

@@ -243,7 +243,8 @@ func TestSourceWritesBoundsSources(t *testing.T) {
 func TestDeletesMakeRoom(t *testing.T) {
 	st := openTestStore(t, t.TempDir())
 	cfg := testConfig("a")
-	cfg.Store = st
+	deleted := &tally{} // the keys the store deleted
+	cfg.Store = watchedStore{st, deleted}
 	cfg.State.MaxKeys, cfg.State.MaxTombstones = 3, 2
 	n, err := newNode(cfg)
 	if err != nil {
@@ -281,8 +282,13 @@ func TestDeletesMakeRoom(t *testing.T) {
 	if s.GetKeys() != 0 || s.GetTombstones() != 2 || s.GetCollectedEarly() != 2 || s.GetMaxTombstones() != 2 || s.GetRefused() != 1 {
 		t.Fatalf("state status %v: want 0 keys, 2 tombstones (k3, k4), 2 collected early, 1 refused", s)
 	}
-	waitFor(t, "the early-collected tombstones deleted on disk", func() bool { return n.persist.Stats().Deletes == 2 })
+	// The running persister deletes them (the node's Close would too); it counts them
+	// after the commit, which its Close waits for.
+	deleted.await(t, "the early-collected tombstones deleted on disk", 2)
 	n.Close()
+	if d := n.persist.Stats().Deletes; d != 2 {
+		t.Fatalf("the data dir deleted %d early-collected tombstones, want 2", d)
+	}
 	recs := storeRecords(t, st)
 	for _, id := range []string{"k1", "k2"} {
 		if _, ok := recs[id]; ok {

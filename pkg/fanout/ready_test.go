@@ -15,15 +15,18 @@ import (
 )
 
 // stalledSyncPeer is a peer whose anti-entropy answers nothing until open is closed,
-// then refuses: a node with it as its only peer stays in bootstrap until then.
+// then refuses: a node with it as its only peer stays in bootstrap until then. It
+// counts the Digest calls it is asked (as each starts).
 type stalledSyncPeer struct {
 	*peers.FakeConn
-	open chan struct{}
+	open    chan struct{}
+	digests *tally
 }
 
 var errStalledPeer = errors.New("stalled peer: refused")
 
 func (p stalledSyncPeer) Digest(ctx context.Context, _ *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
+	p.digests.add()
 	select {
 	case <-p.open:
 		return nil, errStalledPeer
@@ -43,14 +46,15 @@ func (p stalledSyncPeer) Push(context.Context, *fanoutv1.PushRequest) (*fanoutv1
 var _ mesh.Conn = stalledSyncPeer{}
 
 // bootstrappingNode starts node "a" with one peer whose anti-entropy stalls until the
-// returned function is called.
-func bootstrappingNode(t *testing.T) (*testNode, func()) {
+// returned function is called; the tally counts the peer's Digest calls.
+func bootstrappingNode(t *testing.T) (*testNode, *tally, func()) {
 	t.Helper()
 	open := make(chan struct{})
+	digests := &tally{}
 	fake := peers.NewFakeNetwork()
 	cfg := testConfig("a", "b")
 	cfg.Mesh.SyncTimeout = time.Minute // the test ends the bootstrap, not the timeout
-	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return stalledSyncPeer{fake.Dial(addr), open}, nil }
+	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return stalledSyncPeer{fake.Dial(addr), open, digests}, nil }
 	tn := startTestNode(t, cfg)
 	var once bool
 	release := func() {
@@ -60,7 +64,7 @@ func bootstrappingNode(t *testing.T) (*testNode, func()) {
 		}
 	}
 	t.Cleanup(release)
-	return tn, release
+	return tn, digests, release
 }
 
 // TestSnapshotWaitsForBootstrap: while a node bootstraps, a Subscribe with snapshot
@@ -68,13 +72,13 @@ func bootstrappingNode(t *testing.T) (*testNode, func()) {
 // allow_unsynced gets the table as it is at once, and once the bootstrap ends the
 // waiting stream gets its snapshot.
 func TestSnapshotWaitsForBootstrap(t *testing.T) {
-	tn, release := bootstrappingNode(t)
+	tn, digests, release := bootstrappingNode(t)
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "v")}}); err != nil {
 		t.Fatal(err)
 	}
 	// The bootstrap's goroutine says it has begun a moment after New returns (a Submit
-	// over gRPC used to take that long).
-	waitFor(t, "the bootstrap to begin", func() bool { _, reason := tn.node.Readiness(); return reason != "" })
+	// over gRPC used to take that long), before it asks the peer for its digest.
+	waitOn(t, "the bootstrap to begin", digests.changed, func() bool { _, reason := tn.node.Readiness(); return reason != "" })
 	if ok, reason := tn.node.Readiness(); ok || !strings.Contains(reason, "bootstrap") {
 		t.Fatalf("readiness %t %q, want not ready, bootstrapping", ok, reason)
 	}
@@ -114,7 +118,7 @@ func TestSnapshotWaitsForBootstrap(t *testing.T) {
 		}
 		firstc <- first{r, ready, err}
 	}()
-	waitFor(t, "the waiting stream counted", func() bool { return tn.node.subscribers.Load() == 1 })
+	waitOn(t, "the waiting stream counted", tn.node.SubscribersChanged, func() bool { return tn.node.subscribers.Load() == 1 })
 
 	// allow_unsynced: the table as it is, at once.
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -199,8 +203,8 @@ func TestReadyCheck(t *testing.T) {
 	clock.Fire(t, "the retry after which the check passes", retry)
 	select {
 	case <-tn.node.Ready():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the bootstrap did not end within 5s of the check passing")
+	case <-time.After(waitTimeout):
+		t.Fatalf("the bootstrap did not end within %s of the check passing", waitTimeout)
 	}
 	if ok, reason := tn.node.Readiness(); !ok || reason != "ready: no peers to sync with" {
 		t.Errorf("with the check passing: ready %t, %q", ok, reason)

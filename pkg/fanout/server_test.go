@@ -122,7 +122,7 @@ func TestSubmitRejectsWholeRequest(t *testing.T) {
 	// The counters are published at the end of an acceptor step, which can be after b
 	// received the marker: wait for the marker's count, then check nothing else counted.
 	accepted := func() uint64 { return nodes["a"].node.Status().Peers[0].Accepted }
-	waitFor(t, "the marker to be counted", func() bool { return accepted() >= 1 })
+	drained(t, nodes["a"], "the marker to be counted", func() bool { return accepted() >= 1 })
 	if got := accepted(); got != 1 {
 		t.Fatalf("accepted = %d; want 1 (only the marker)", got)
 	}
@@ -217,9 +217,11 @@ func TestReplicateRequestValidation(t *testing.T) {
 func TestGetStatusAndSelfDetection(t *testing.T) {
 	// Node "a" lists itself among its peers, as DNS discovery would; the first
 	// Replicate answer reveals it and the link is dropped.
+	var conns connWatch // a's connections
 	nodes := cluster(t, []string{"a", "b"}, func(c *nodeConfig) {
 		if c.NodeID == "a" {
 			c.Mesh.Peers = append(c.Mesh.Peers, "a")
+			c.Mesh.Dial = conns.wrap(c.Mesh.Dial)
 		}
 	})
 	if n := len(nodes["a"].node.Status().Peers); n != 2 {
@@ -228,7 +230,10 @@ func TestGetStatusAndSelfDetection(t *testing.T) {
 	if _, err := nodes["a"].app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "self link dropped and b's node id learned", func() bool {
+	// The self link leaves the set, then its connection is closed; b's batcher then
+	// empties once b has answered.
+	conns.of("a").closes.await(t, "the self link dropped", 1)
+	drained(t, nodes["a"], "self link dropped and b's node id learned", func() bool {
 		st, err := nodes["a"].app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
 		return err == nil && len(st.Peers) == 1 && st.Peers[0].NodeId == "b" && st.Peers[0].Succeeded == 1
 	})
@@ -309,7 +314,7 @@ func TestSnapshotAfterAStreamLeaves(t *testing.T) {
 	if _, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{}); err != nil { // never read
 		t.Fatal(err)
 	}
-	waitFor(t, "the first stream", func() bool { return tn.node.subscribers.Load() == 1 })
+	waitOn(t, "the first stream", tn.node.SubscribersChanged, func() bool { return tn.node.subscribers.Load() == 1 })
 	const n = 1000
 	events := make([]*fanoutv1.Event, n)
 	for i := range events {
@@ -325,7 +330,7 @@ func TestSnapshotAfterAStreamLeaves(t *testing.T) {
 		}
 	}
 	cancel()
-	waitFor(t, "the first stream to go", func() bool { return tn.node.subscribers.Load() == 0 })
+	waitOn(t, "the first stream to go", tn.node.SubscribersChanged, func() bool { return tn.node.subscribers.Load() == 0 })
 
 	stream, err := tn.app.Subscribe(context.Background(), &fanoutv1.SubscribeRequest{Snapshot: true, MaxBatch: 100})
 	if err != nil {
@@ -361,11 +366,13 @@ func TestSubscribeBatches(t *testing.T) {
 	tn := startTestNode(t, testConfig("b"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := tn.app.Subscribe(ctx, &fanoutv1.SubscribeRequest{MaxBatch: 50})
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	stream, err := tn.app.Subscribe(sctx, &fanoutv1.SubscribeRequest{MaxBatch: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stream", func() bool { return tn.node.subscribers.Load() == 1 })
+	waitOn(t, "the stream", tn.node.SubscribersChanged, func() bool { return tn.node.subscribers.Load() == 1 })
 	const n = 300
 	events := make([]*fanoutv1.Event, n)
 	for i := range events {
@@ -405,8 +412,14 @@ func TestSubscribeBatches(t *testing.T) {
 		t.Fatalf("300 waiting events never came batched (largest %d)", largest)
 	}
 	// The server counts a message after its Send returns, which can be just after the
-	// client has it: wait for the count, then check it is exact.
-	waitFor(t, "the delivered counter", func() bool { return tn.node.delivered.Load() >= n })
+	// client has it: end the stream and wait for its handler to return, then check the
+	// count is exact.
+	scancel()
+	select {
+	case <-stream.done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("the stream's handler did not return within %s of its end", waitTimeout)
+	}
 	if d := tn.node.delivered.Load(); d != n {
 		t.Fatalf("delivered counter %d, want %d (counts events, not messages)", d, n)
 	}
@@ -425,6 +438,7 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var got []uint64
+	var calls tally // b's calls, counted once got has their versions
 	fake.Handle("b", func(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
 		mu.Lock()
 		first := len(got) == 0
@@ -432,6 +446,7 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 			got = append(got, ev.Version)
 		}
 		mu.Unlock()
+		calls.add()
 		if first {
 			<-release
 		}
@@ -443,6 +458,12 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	})
 	cfg := testConfig("a", "b")
 	cfg.Mesh.Dial = func(addr string) (mesh.Conn, error) { return fake.Dial(addr), nil }
+	var overridden tally // fates Overridden
+	cfg.onFate = func(_ string, _ *batcher.Task[wire.Outgoing], f batcher.Fate) {
+		if f == batcher.FateOverridden {
+			overridden.add()
+		}
+	}
 	tn := startTestNode(t, cfg)
 	offer := func(v uint64) {
 		t.Helper()
@@ -456,12 +477,12 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 		}
 	}
 	offer(1)
-	waitFor(t, "k@1 in flight", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	waitOn(t, "k@1 in flight", calls.changed, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
 	offer(1000)
 	offer(500)
-	waitFor(t, "k@500 dropped as overridden", func() bool { return tn.mesh.Peers()[0].GetOverridden() == 1 })
+	overridden.await(t, "k@500 dropped as overridden", 1)
 	close(release)
-	waitFor(t, "the second batch", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	waitOn(t, "the second batch", calls.changed, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if got[1] != 1000 {

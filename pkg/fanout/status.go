@@ -4,7 +4,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 )
 
-// Status reports this node and every peer: gauges and counters (SPEC §3 GetStatus).
+// Status reports this node and every peer: gauges and counters (GetStatus).
 func (n *Node) Status() *fanoutv1.GetStatusResponse {
 	resp := &fanoutv1.GetStatusResponse{
 		NodeId:      n.cfg.NodeID,

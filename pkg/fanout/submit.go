@@ -195,7 +195,7 @@ func (n *Node) submitQueued(ctx context.Context, c *submitCall) error {
 }
 
 // durable waits, with --data-dir, until the revisions up to rev are on this node's
-// disk (SPEC §14: ack QUEUED means on disk). Concurrent Submits share a commit. rev 0
+// disk (ack QUEUED means on disk). Concurrent Submits share a commit. rev 0
 // (nothing accepted: stale or refused events are not written) returns at once.
 func (n *Node) durable(ctx context.Context, rev uint64) error {
 	if n.persist == nil || rev == 0 {
@@ -264,7 +264,7 @@ func (n *Node) submitAndWait(ctx context.Context, c *submitCall, tasks []batcher
 	return nil
 }
 
-// defaultAckTimeout bounds an ack wait when the request sets none (SPEC §7).
+// defaultAckTimeout bounds an ack wait when the request sets none.
 const defaultAckTimeout = 5 * time.Second
 
 // maxAnswerMargin caps the time ackDeadline keeps for the answer to reach the caller

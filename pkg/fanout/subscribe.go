@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -31,7 +33,7 @@ const (
 	maxBatchBytes = 64 << 20
 )
 
-// Subscribe is list+watch over the state table (SPEC §13). It sends, through send,
+// Subscribe is list+watch over the state table. It sends, through send,
 // the snapshot or the resumed changes the request asks for, then every change as it
 // happens, each entry at its latest: a reader that falls behind reads the latest state
 // of each key, not its history, and holds nothing up. send gets the bytes of one
@@ -96,6 +98,46 @@ func (n *Node) Subscribe(ctx context.Context, req *fanoutv1.SubscribeRequest, se
 	}
 	live := w.scanFrom(upTo, 0, true, keep)
 	return w.follow(ctx, &live)
+}
+
+// SubscribersChanged is closed when the number of open Subscribe streams (GetStatus's
+// subscribers) changes after the call: a caller that confirms a live-only stream by
+// the count (see Subscribe) waits on it instead of asking again and again. Ask for
+// it again after each close.
+func (n *Node) SubscribersChanged() <-chan struct{} { return n.subscribers.changed() }
+
+// streamCount is the number of open Subscribe streams, with a channel closed at each
+// change for those who wait for one (SubscribersChanged).
+type streamCount struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	// ch is closed and cleared at each change; made by the first waiter after it, so
+	// that nobody waiting costs nothing but the lock. Guarded by mu.
+	ch chan struct{}
+}
+
+// Add changes the count by d and wakes the waiters.
+func (c *streamCount) Add(d int64) {
+	c.n.Add(d)
+	c.mu.Lock()
+	if c.ch != nil {
+		close(c.ch)
+		c.ch = nil
+	}
+	c.mu.Unlock()
+}
+
+// Load is the count.
+func (c *streamCount) Load() int64 { return c.n.Load() }
+
+// changed is closed at the next change of the count.
+func (c *streamCount) changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch == nil {
+		c.ch = make(chan struct{})
+	}
+	return c.ch
 }
 
 // waitBootstrap waits until the node's bootstrap has ended (Ready), ctx ends (its

@@ -149,7 +149,7 @@ func subscribe(t *testing.T, tn *testNode, prefix string) <-chan *fanoutv1.Subsc
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	// Wait until the server has registered the stream, so nothing is missed.
-	waitFor(t, "subscriber registered", func() bool { return tn.node.Status().GetSubscribers() > 0 })
+	waitOn(t, "subscriber registered", tn.node.SubscribersChanged, func() bool { return tn.node.Status().GetSubscribers() > 0 })
 	return ch
 }
 
@@ -161,21 +161,33 @@ func recv(t *testing.T, ch <-chan *fanoutv1.SubscribeResponse) *fanoutv1.Subscri
 			t.Fatal("subscribe stream ended")
 		}
 		return r
-	case <-time.After(5 * time.Second):
-		t.Fatal("no delivery within 5s")
+	case <-time.After(waitTimeout):
+		t.Fatalf("no delivery within %s", waitTimeout)
 	}
 	return nil
 }
 
-// waitFor polls cond until it holds or 5s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitTimeout bounds every wait: generous, for a busy machine (2 cores, -race, other
+// builds).
+const waitTimeout = 10 * time.Second
+
+// waitOn waits until cond holds: it checks cond, then again each time the channel
+// next returned before that check is closed, failing the test after waitTimeout. next
+// must return a channel closed at the next change that can make cond true (e.g.
+// Node.SubscribersChanged), asked for before cond is read.
+func waitOn(t *testing.T, what string, next func() <-chan struct{}, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	deadline := time.After(waitTimeout)
+	for {
+		ch := next()
+		if cond() {
+			return
 		}
-		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
 	}
 }
 

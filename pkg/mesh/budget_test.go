@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -26,9 +25,9 @@ func TestPendingBudget(t *testing.T) {
 	for i := range 20 {
 		addrs = append(addrs, fmt.Sprintf("dead%d", i)) // no handler: connection refused
 	}
-	var returned atomic.Int64
+	var returned tally // Config.ReturnMemory calls
 	a := fakeMember(t, fake, "a", "a", addrs, func(c *nodeConfig) {
-		c.ReturnMemory = func() { returned.Add(1) }
+		c.ReturnMemory = returned.add
 		c.MaxPendingBytes, c.PeerRemovalGrace, c.Node.Limits.MaxEventBytes = limit, 0, 1024
 	})
 	b := fakeMember(t, fake, "b", "b", nil, nil)
@@ -43,8 +42,9 @@ func TestPendingBudget(t *testing.T) {
 		// Every acceptor takes a step per Submit, as the round trip of a Submit over
 		// gRPC used to let them: Submits in a tight loop in process can outrun the dead
 		// peers' acceptors, whose charge then stays over their half for a moment, and
-		// b, over its share during the burst, loses events to them.
-		waitFor(t, "every acceptor to take the Submit", func() bool {
+		// b, over its share during the burst, loses events to them. No event says an
+		// acceptor took an offer, and the dead peers' batchers never empty.
+		poll(t, "every acceptor to take the Submit", func() bool {
 			for _, p := range a.node.Status().GetPeers() {
 				if p.GetAcceptorQueue() != 0 {
 					return false
@@ -53,7 +53,7 @@ func TestPendingBudget(t *testing.T) {
 			return true
 		})
 	}
-	waitFor(t, "every peer to take every event", func() bool {
+	poll(t, "every peer to take every event", func() bool { // their counters: as above
 		for _, p := range a.node.Status().GetPeers() {
 			if p.GetAccepted() != events || p.GetAcceptorQueue() != 0 {
 				return false
@@ -70,18 +70,19 @@ func TestPendingBudget(t *testing.T) {
 	if st.Limit != limit || st.Accounts != 21 || st.Used > limit+int64(21*task) || st.Evicted == 0 {
 		t.Errorf("budget %+v: want its limit %d over 21 peers, used within it, events evicted", st, limit)
 	}
-	waitFor(t, "a to see b's answers", func() bool { return peerByAddr(a.node.Status(), "b").GetSucceeded() == events })
+	linkDrained(t, linkTo(t, a.mesh, "b"), "a to see b's answers", func() bool { return peerByAddr(a.node.Status(), "b").GetSucceeded() == events })
 	if p := peerByAddr(a.node.Status(), "b"); p.GetOverflow() != 0 {
 		t.Errorf("live peer b: %v, want none evicted", p)
 	}
 	if err := a.mesh.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the dead peers' charge to go with them", func() bool {
+	// The last of them to close, after every other, returns the memory.
+	waitOn(t, "the dead peers' charge to go with them", returned.changed, func() bool {
 		s := a.mesh.PendingBudget()
 		return s.Accounts == 1 && s.Used == 0
 	})
-	waitFor(t, "the memory of the 20 peers that left to be returned, once", func() bool { return returned.Load() == 1 })
+	waitOn(t, "the memory of the 20 peers that left to be returned, once", returned.changed, func() bool { return returned.count() == 1 })
 	if n := seriesOf(t, a.node, "dead0"); n != 0 {
 		t.Errorf("%d series of a dead peer that left", n)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/peers"
@@ -106,16 +108,147 @@ func ev(id string, payload string) *fanoutv1.Event {
 	return &fanoutv1.Event{TaskId: id, Payload: []byte(payload)}
 }
 
-// waitFor polls cond until it holds or 5s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// How these tests wait: on the event that makes a condition true (a table's change,
+// a connection's call, a callback, a log line, a batcher drained), each wait bounded
+// by waitTimeout. Only a batcher's published counters, and the end of an anti-entropy
+// round, have no event (poll).
+
+// waitTimeout bounds every wait: generous, for a busy machine (2 cores, -race, other
+// builds).
+const waitTimeout = 10 * time.Second
+
+// waitOn waits until cond holds: it checks cond, then again each time the channel
+// next returned before that check is closed, failing the test after waitTimeout. next
+// must return a channel closed at the next change that can make cond true, asked for
+// before cond is read, so that no change between the two is missed.
+func waitOn(t *testing.T, what string, next func() <-chan struct{}, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	deadline := time.After(waitTimeout)
+	for {
+		ch := next()
+		if cond() {
+			return
 		}
-		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
 	}
+}
+
+// pollEvery is how often poll looks again.
+const pollEvery = 10 * time.Millisecond
+
+// poll waits until cond holds, looking every pollEvery, failing the test after
+// waitTimeout. Only for what no event announces: a batcher's counters (its acceptor
+// publishes them at the end of each step) while it does not empty, and the end of an
+// anti-entropy round.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	deadline := time.After(waitTimeout)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
+	}
+}
+
+// drained waits until every peer batcher of m's mesh is empty, every event sent or
+// given its fate (Mesh.Drain): the batchers publish their counters before they say
+// so, so cond, on those counters, must hold then; the test fails if it does not.
+func drained(t *testing.T, m *member, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, _, _, err := m.mesh.Drain(ctx); err != nil {
+		t.Fatalf("waiting for %s: %s's batchers did not empty: %v", what, m.node.ID(), err)
+	}
+	if !cond() {
+		t.Fatalf("%s: does not hold once %s's batchers are empty (peers %v)", what, m.node.ID(), m.node.Status().GetPeers())
+	}
+}
+
+// linkDrained waits until l's batcher is empty (Batcher.Drain), then checks cond, on
+// its counters, as drained does.
+func linkDrained(t *testing.T, l *link, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := l.b.Drain(ctx); err != nil {
+		t.Fatalf("waiting for %s: the batcher of %s did not empty: %v", what, l.addr, err)
+	}
+	if !cond() {
+		t.Fatalf("%s: does not hold once the batcher of %s is empty (%+v)", what, l.addr, l.b.Stats())
+	}
+}
+
+// tally counts something the mesh's goroutines do that a test waits for (a
+// connection's calls, a callback, log lines) and wakes the waiters at each. The zero
+// value is ready; safe for concurrent use.
+type tally struct {
+	mu sync.Mutex
+	n  int
+	ch chan struct{} // closed and cleared at each add; made by the first waiter after it
+}
+
+func (c *tally) add() {
+	c.mu.Lock()
+	c.n++
+	if c.ch != nil {
+		close(c.ch)
+		c.ch = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *tally) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// changed is a waitOn next: closed at the next add.
+func (c *tally) changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ch == nil {
+		c.ch = make(chan struct{})
+	}
+	return c.ch
+}
+
+// await waits until c has counted n.
+func (c *tally) await(t *testing.T, what string, n int) {
+	t.Helper()
+	waitOn(t, what, c.changed, func() bool { return c.count() >= n })
+}
+
+// logLines is a log destination that counts the lines written to it, for a test that
+// waits on what the mesh does just before it logs.
+type logLines struct{ lines tally }
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.lines.add()
+	return len(p), nil
+}
+
+// logger is a text logger to l.
+func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// callCounted is a connection that counts its Replicate calls as they start.
+type callCounted struct {
+	Conn
+	calls *tally
+}
+
+func (c callCounted) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+	c.calls.add()
+	return c.Conn.ReplicateFrame(ctx, f, events)
 }
 
 // seriesOf counts the node's collector's series that name peer addr.

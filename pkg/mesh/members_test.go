@@ -26,7 +26,19 @@ func TestPeerSetChanges(t *testing.T) {
 	const grace = 300 * time.Millisecond
 	clock := fakeclock.New() // the removal graces end when the test says
 	isGrace := fakeclock.Exactly(grace)
-	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *nodeConfig) { c.PeerRemovalGrace, c.After = grace, clock.After })
+	var logs logLines  // a's log: a removed link is logged after it is closed and counted
+	var callsToC tally // a's Replicate calls to c
+	a := fakeMember(t, fake, "a", "a", []string{"b"}, func(c *nodeConfig) {
+		c.PeerRemovalGrace, c.After, c.Logger = grace, clock.After, logs.logger()
+		dial := c.Dial
+		c.Dial = func(addr string) (Conn, error) {
+			conn, err := dial(addr)
+			if err != nil || addr != "c" {
+				return conn, err
+			}
+			return callCounted{conn, &callsToC}, nil
+		}
+	})
 	b := fakeMember(t, fake, "b", "b", nil, nil)
 	c := fakeMember(t, fake, "c", "c", nil, nil)
 	ctx := context.Background()
@@ -73,13 +85,10 @@ func TestPeerSetChanges(t *testing.T) {
 			Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(20 * time.Second)})
 		waitedCh <- result{resp, err}
 	}()
-	// c's batcher has taken "stuck" (its second event; the first, "new", was acked).
-	// Its queue gauges cannot tell: they are published a step late and may still show
-	// "new" in flight.
-	waitFor(t, "c's batcher to take the event", func() bool {
-		p := peerByAddr(a.node.Status(), "c")
-		return p != nil && p.GetAccepted() >= 2
-	})
+	// c's batcher has taken "stuck" (its second event; the first, "new", was acked):
+	// its worker calls c a second time. Its queue gauges cannot tell: they are
+	// published a step late and may still show "new" in flight.
+	callsToC.await(t, "c's batcher to take the event", 2)
 	if err := a.mesh.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +113,11 @@ func TestPeerSetChanges(t *testing.T) {
 	if pa := ackOf(waited, "c"); pa.GetState() != fanoutv1.PeerAckState_PEER_ACK_STATE_DROPPED || !strings.Contains(pa.GetDetail(), "peer removed") {
 		t.Fatalf("ack ALL waiting for removed c: %v, want DROPPED peer removed", pa)
 	}
-	waitFor(t, "c's link to close", func() bool { return peerByAddr(a.node.Status(), "c") == nil })
 	// The link leaves the status as its grace ends, just before it is closed and what
-	// it dropped is counted (startLeaving): wait for the count, then check it.
-	waitFor(t, "c's drops to be counted", func() bool { return a.mesh.members.dropped.Load() > 0 })
+	// it dropped is counted (startLeaving), then logged: wait for the count, then
+	// check it.
+	waitOn(t, "c's link to close", logs.lines.changed, func() bool { return peerByAddr(a.node.Status(), "c") == nil })
+	waitOn(t, "c's drops to be counted", logs.lines.changed, func() bool { return a.mesh.members.dropped.Load() > 0 })
 	if got := a.mesh.members.dropped.Load(); got != 1 {
 		t.Fatalf("dropped for removed peers = %d, want 1 (stuck)", got)
 	}
@@ -147,7 +157,8 @@ func TestPeerSetChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	submit("self", fanoutv1.AckPolicy_ACK_POLICY_QUEUED)
-	waitFor(t, "the self link to be dropped", func() bool { return peerByAddr(a.node.Status(), "a") == nil })
+	// Logged once it has left the set, before it is closed.
+	waitOn(t, "the self link to be dropped", logs.lines.changed, func() bool { return peerByAddr(a.node.Status(), "a") == nil })
 	if err := a.mesh.SetPeers([]string{"b", "c", "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +197,8 @@ func TestNodeIDConflict(t *testing.T) {
 	if _, err := c.submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k2", "x")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "c to see one id at two addresses", func() bool {
+	// c's links learn the ids from the answers, before the batch's result.
+	drained(t, c, "c to see one id at two addresses", func() bool {
 		st := c.node.Status()
 		p1, p2 := peerByAddr(st, "a1"), peerByAddr(st, "a2")
 		return p1 != nil && p2 != nil && strings.Contains(p1.GetNodeIdConflict(), "also answers from a2") &&
@@ -237,7 +249,7 @@ func TestUnknownCaller(t *testing.T) {
 	if _, err := b.submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("x", "")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b to learn k's id", func() bool { return peerByAddr(b.node.Status(), "k").GetNodeId() == "k" })
+	drained(t, b, "b to learn k's id", func() bool { return peerByAddr(b.node.Status(), "k").GetNodeId() == "k" })
 	req("k")
 	req("b")
 	req("new")

@@ -28,11 +28,14 @@ type streamPeer struct {
 	fanoutv1.UnimplementedPeerServiceServer
 	maxRecv int
 	answer  func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
-	streams atomic.Int32  // opened
-	batches atomic.Int32  // received
-	goodbye chan struct{} // a value sends seq 0 with UNAVAILABLE on the open streams
-	unary   atomic.Int32  // unary Replicate calls
-	opts    []grpc.ServerOption
+	streams atomic.Int32 // opened
+	batches atomic.Int32 // received
+	// arrived is closed when the first batch is received (arrivedChan makes it).
+	arrived     chan struct{}
+	arrivedOnce sync.Once
+	goodbye     chan struct{} // a value sends seq 0 with UNAVAILABLE on the open streams
+	unary       atomic.Int32  // unary Replicate calls
+	opts        []grpc.ServerOption
 }
 
 func (p *streamPeer) Replicate(_ context.Context, r *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
@@ -71,7 +74,9 @@ func (p *streamPeer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStream
 		if err != nil {
 			return nil
 		}
-		p.batches.Add(1)
+		if p.batches.Add(1) == 1 {
+			close(p.arrivedChan())
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -131,10 +136,13 @@ func (p *streamPeer) inFlight(ctx context.Context, c *Conn) <-chan error {
 		_, err := c.Replicate(ctx, batch("wait", 1, 1))
 		failed <- err
 	}()
-	for p.batches.Load() == 0 {
-		time.Sleep(time.Millisecond) // polling for the batch to arrive
-	}
+	<-p.arrivedChan()
 	return failed
+}
+
+func (p *streamPeer) arrivedChan() chan struct{} {
+	p.arrivedOnce.Do(func() { p.arrived = make(chan struct{}) })
+	return p.arrived
 }
 
 func batch(origin string, events int, payload int) *fanoutv1.ReplicateRequest {
