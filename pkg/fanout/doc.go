@@ -52,11 +52,13 @@
 // involved, so a slow or absent app never pushes back on its peers.
 //
 // What a transport brings otherwise (the mesh's anti-entropy rounds, a broker's feed
-// and its snapshot at start) comes through Apply (apply.go), the receive side of the
-// seam: every entry is validated first and the whole batch refused naming the first
-// bad one, then each is offered to the table by the same last-writer-wins rule; this
-// node's own writes of an earlier process are taken back (a restart without
-// --data-dir), and entries relayed from another origin are counted.
+// and its snapshot at start) comes through Apply, the receive side of the seam: every
+// entry is validated first and the whole batch refused naming the first bad one, then
+// each is offered to the table by the same last-writer-wins rule; this node's own
+// writes of an earlier process are taken back (a restart without --data-dir), and
+// entries relayed from another origin are counted. Both entries take one apply path
+// (apply.go): the same per-event steps, with what differs between a live delivery and
+// a repair or feed said once (applyKind).
 //
 // The receive path is pass-through (wire.go): the edge hands the request's bytes to
 // the node undecoded; package event's ReadEvent takes each event's task_id, version
