@@ -27,7 +27,7 @@ var (
 	// ErrClosed: the node has been closed.
 	ErrClosed = errors.New("fanout: closed")
 	// ErrShuttingDown: the node is shutting down and takes no peer traffic; the
-	// sender keeps its events and sends them after the restart (SPEC §14).
+	// sender keeps its events and sends them after the restart.
 	ErrShuttingDown = errors.New("fanout: shutting down, not taking peer traffic; keep the events and retry")
 	// ErrNotDurable wraps a failed commit to the data dir: the events are applied in
 	// memory and queued for the peers, but not on this node's disk.
@@ -62,7 +62,7 @@ type Node struct {
 	own     ownOrigin
 	sources sourceWrites
 
-	// Ack-waiting Submits (SPEC §7): a purgatory whose deadlines live on a timing
+	// Ack-waiting Submits (ONE, QUORUM, ALL): a purgatory whose deadlines live on a timing
 	// wheel driven by wheelDrv, and the ledger that resolves them from batcher fates
 	// (package acks; acks.go maps the node's words onto it).
 	wheel    *timingwheel.Wheel
@@ -341,8 +341,8 @@ type DrainReport struct {
 }
 
 // Drain stops accepting submissions and peer traffic (the senders keep their events
-// for later), and waits until every peer's queues are empty, or ctx is done (SPEC §9
-// graceful shutdown, §14).
+// for later), and waits until every peer's queues are empty, or ctx is done: the
+// first step of a graceful shutdown.
 func (n *Node) Drain(ctx context.Context) (DrainReport, error) {
 	n.draining.Store(true)
 	peers, sent, unsent, err := n.tr.Drain(ctx)
