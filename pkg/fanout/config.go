@@ -43,7 +43,9 @@ type Config struct {
 	// Now reads the clock. Default time.Now.
 	Now func() time.Time
 	// After waits: its channel receives once, d from now, as time.After. The node's
-	// own waits go through it (the tombstone collector's). Default time.After.
+	// own waits go through it (the tombstone collector's, and, when set, the ticks of
+	// the timing wheel that holds ack deadlines: with Now, a test drives them).
+	// Default time.After (the wheel then ticks on a time.Ticker).
 	After func(d time.Duration) <-chan time.Time
 
 	// NewTransport, if set, builds the node's transport (transport.go): New calls it

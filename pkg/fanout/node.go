@@ -100,6 +100,7 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	wheelAfter := cfg.After // nil (the default): the timing wheel ticks on a time.Ticker
 	cfg.fillDefaults()
 	// Revisions start at the start time in version units, so a revision handed out
 	// before a restart is below the new table's first and is refused on resume.
@@ -137,7 +138,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.own.floor = newOwnFloor(start, n.clock.last.Load()) // after load raised the clock
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	if err := n.startPurgatory(); err != nil {
+	if err := n.startPurgatory(wheelAfter); err != nil {
 		n.cancel()
 		return nil, err
 	}
@@ -212,7 +213,9 @@ func (n *Node) collectTombstones() {
 	}
 }
 
-func (n *Node) startPurgatory() error {
+// startPurgatory builds the ack waits' timing wheel and its driver: on the real
+// clock, or on after (Config.After when a test gives one) with Config.Now.
+func (n *Node) startPurgatory(after func(time.Duration) <-chan time.Time) error {
 	wcfg := timingwheel.DefaultConfig()
 	wcfg.Start = n.cfg.Now()
 	w, err := timingwheel.New(wcfg)
@@ -226,7 +229,7 @@ func (n *Node) startPurgatory() error {
 		return err
 	}
 	n.wheel, n.purg, n.ledger = w, purg, acks.NewLedger[string, uint64]()
-	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now)
+	n.wheelDrv = timingwheel.StartDriver(w, wcfg.Tick, n.cfg.Now, after)
 	return nil
 }
 

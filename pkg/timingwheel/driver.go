@@ -30,22 +30,45 @@ type Driver struct {
 // (Config.Tick is the natural choice) while w holds timers. While it is empty the
 // goroutine sleeps, so an idle sidecar does not wake a thousand times a second; the
 // next Add wakes it. It panics if interval <= 0, like time.NewTicker.
-func StartDriver(w *Wheel, interval time.Duration, now func() time.Time) *Driver {
-	ticker := time.NewTicker(interval)
+//
+// after, if not nil, replaces the ticker: between two advances the goroutine waits
+// on after(interval), so a test clock (with a matching now) drives the wheel. nil
+// uses a time.Ticker, which allocates nothing per tick.
+func StartDriver(w *Wheel, interval time.Duration, now func() time.Time, after func(time.Duration) <-chan time.Time) *Driver {
+	if interval <= 0 {
+		panic("timingwheel: non-positive interval for StartDriver")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Driver{cancel: cancel, done: make(chan struct{})}
+	var ticker *time.Ticker
+	if after == nil {
+		ticker = time.NewTicker(interval)
+	}
 	go func() {
 		defer close(d.done)
-		defer ticker.Stop()
+		if ticker != nil {
+			defer ticker.Stop()
+		}
+		var tick <-chan time.Time // the ticker's, or the pending after's until it fires
 		for {
 			if w.Len() == 0 && !sleep(ctx, w, ticker, interval) {
 				return
 			}
+			if tick == nil {
+				if ticker != nil {
+					tick = ticker.C
+				} else {
+					tick = after(interval)
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-ticker.C:
+			case <-tick:
 				w.Advance(now())
+				if ticker == nil {
+					tick = nil
+				}
 			case <-w.wake: // a timer arrived while ticking; nothing to do
 			}
 		}
@@ -53,12 +76,17 @@ func StartDriver(w *Wheel, interval time.Duration, now func() time.Time) *Driver
 	return d
 }
 
-// sleep stops the ticker until the wheel is woken by an Add; false if ctx ended first.
+// sleep stops the ticker (if any) until the wheel is woken by an Add; false if ctx
+// ended first.
 func sleep(ctx context.Context, w *Wheel, ticker *time.Ticker, interval time.Duration) bool {
-	ticker.Stop()
+	if ticker != nil {
+		ticker.Stop()
+	}
 	select {
 	case <-w.wake:
-		ticker.Reset(interval)
+		if ticker != nil {
+			ticker.Reset(interval)
+		}
 		return true
 	case <-ctx.Done():
 		return false

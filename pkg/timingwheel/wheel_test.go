@@ -461,7 +461,7 @@ func TestDriverRealClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := StartDriver(w, cfg.Tick, time.Now)
+	d := StartDriver(w, cfg.Tick, time.Now, nil)
 	defer d.Stop()
 	fired := make(chan time.Time, 1)
 	deadline := time.Now().Add(5 * time.Millisecond)
@@ -506,7 +506,7 @@ func TestDriverWakesAfterIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := StartDriver(w, time.Millisecond, time.Now)
+	d := StartDriver(w, time.Millisecond, time.Now, nil)
 	defer d.Stop()
 	for round := range 3 {
 		fired := make(chan struct{})
@@ -519,5 +519,61 @@ func TestDriverWakesAfterIdle(t *testing.T) {
 		if w.Len() != 0 {
 			t.Fatalf("round %d: Len = %d after firing, want 0 (driver goes back to sleep)", round, w.Len())
 		}
+	}
+}
+
+// TestDriverOnInjectedClock: with an after func the driver advances only when the
+// test's clock says so, to the test's now, so a test drives deadlines without sleeping.
+func TestDriverOnInjectedClock(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Start = time.Unix(1000, 0)
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := cfg.Start
+	readNow := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	waits := make(chan chan time.Time, 16) // the driver's pending waits, in order
+	after := func(d time.Duration) <-chan time.Time {
+		if d != cfg.Tick {
+			t.Errorf("driver waits %v, want the tick %v", d, cfg.Tick)
+		}
+		ch := make(chan time.Time, 1)
+		waits <- ch
+		return ch
+	}
+	d := StartDriver(w, cfg.Tick, readNow, after)
+	defer d.Stop()
+	fired := make(chan struct{})
+	w.Add(cfg.Start.Add(5*time.Millisecond), func() { close(fired) })
+	const waitTimeout = 10 * time.Second
+	// next returns the driver's next wait; it is only started once the driver has
+	// applied the previous one (or, with no timers left, never).
+	next := func(what string) chan time.Time {
+		t.Helper()
+		select {
+		case ch := <-waits:
+			return ch
+		case <-fired:
+			t.Fatalf("%s: fired early", what)
+		case <-time.After(waitTimeout):
+			t.Fatalf("%s: the driver never waited on the injected clock", what)
+		}
+		return nil
+	}
+	set := func(d time.Duration) time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now = cfg.Start.Add(d)
+		return now
+	}
+	next("at Start") <- set(0)
+	next("at +0ms") <- set(4 * time.Millisecond)
+	next("at +4ms") <- set(5 * time.Millisecond) // due: fires
+	select {
+	case <-fired:
+	case <-time.After(waitTimeout):
+		t.Fatal("the timer did not fire once the injected clock passed its deadline")
 	}
 }
