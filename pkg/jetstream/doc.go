@@ -1,0 +1,61 @@
+// Package jetstream is the transport of fanout on a NATS JetStream stream: past the
+// mesh's few tens of nodes, every node publishes its accepted events to one
+// replicated stream and reads everyone's back from it, instead of sending each to
+// every peer. It implements fanout.Transport; the node does not know NATS.
+//
+// # The stream
+//
+// The stream is in the KV format, so that the `nats kv` tools read it: named
+// KV_<bucket>, subjects $KV.<bucket>.<key>, one message per key (history 1), direct
+// get, rollup allowed, replicated by Raft (Config.Replicas). A message is one event:
+//
+//	subject  $KV.fanout.app.instance-1            the key of task_id "app/instance-1"
+//	header   Fanout-Version: 1764164842000000001   the event's version
+//	         Fanout-Origin: node-a                the node that accepted it
+//	         Fanout-Submitted-At: 1764164842000000000  when, in unix nanoseconds
+//	         KV-Operation: DEL                    only for a delete marker
+//	value    the event's bytes (fanout.v1.Event), as the node stores them
+//
+// A delete is an event too (deleted set): its marker keeps the event's bytes and
+// headers, so last-writer-wins applies to it as to a value, and `nats kv` sees a
+// deleted key. decodeMessage is the one reader of a message: it names the header or
+// field that is wrong, and checks the headers against the event (task_id against the
+// subject, version, deleted against the operation), so the engine's comparison and
+// the node's agree.
+//
+// # Keys and subjects
+//
+// A task_id becomes its key (encodeKey): '/' becomes '.', bytes of
+// [A-Za-z0-9_-] stay, every other byte becomes "=HH" (hex), and an empty segment (a
+// leading, trailing or doubled '/') becomes the token "=". Why this encoding:
+//
+//   - Subjects split on '.', and an app names its keys as paths ("app/instance");
+//     making each path segment one token makes a prefix watch of "app/" the subject
+//     filter "app.>", served by the server's subject index rather than by reading
+//     every key (prefixFilter). A prefix that ends inside a segment filters on its
+//     whole segments and the feed keeps the matching task_ids.
+//   - It is reversible: '=' is never written as itself, so "=HH" and the lone "="
+//     cannot be confused, and decodeKey refuses anything encodeKey does not write
+//     (fuzzed both ways). The key of a prefix is a prefix of the key (but for a
+//     trailing "=").
+//   - Its output is [A-Za-z0-9_=.-] with no empty token: a valid subject, and a key
+//     `nats kv get` takes. At most three bytes per byte, so a task_id of the node's
+//     1,024 bytes makes a subject of at most 3,072 + the bucket's; Config.validate
+//     checks that the longest API subject (a direct get) stays within the server's
+//     4,096-byte protocol line.
+//   - The common case costs nothing: a task_id of letters, digits, '-', '_' and '/'
+//     is its key with '.' for '/', readable in `nats kv ls`.
+//
+// The encoding does not keep order (the server has no ordered scan to serve anyway).
+//
+// # Last-writer-wins, kept by the engine
+//
+// A stream with history 1 keeps a key's last arrival, not its winner. So a publish
+// expects the key's last subject sequence (Nats-Expected-Last-Subject-Sequence): it
+// lands only if no one wrote the key since. On a wrong sequence the publisher reads
+// the key's message (direct get), compares (version, origin) and answers STALE if the
+// stream holds a newer one, or publishes again expecting the new sequence, at most
+// Config.MaxAttempts times (cas.go: a deterministic core, checked against a model of
+// the stream). The stream then only ever holds each key's winner, so a node that
+// reads it gets the same state as every other.
+package jetstream
