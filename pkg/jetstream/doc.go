@@ -58,4 +58,19 @@
 // Config.MaxAttempts times (cas.go: a deterministic core, checked against a model of
 // the stream). The stream then only ever holds each key's winner, so a node that
 // reads it gets the same state as every other.
+//
+// # The feed
+//
+// Each node reads the stream with one ordered consumer (feed.go; not kv.Watch, the
+// legacy push consumer): ephemeral, filtered on $KV.<bucket>.>, delivering first the
+// last message per key (the snapshot), then every new message. The client library
+// recreates it from the next sequence after a gap or a reconnect, with back-off (1 s
+// to 10 s); one the client could not delete expires on the server after 30 s idle,
+// so reconnect storms leave no consumers behind. Every message goes through the
+// node's one apply path (fanout.Node.Apply), from its origin: Apply validates the
+// event, resolves last-writer-wins against the state table and skips the echo of the
+// node's own writes. A message this transport did not write (a `nats kv put`) is
+// skipped and counted. The feed is ready once it has applied up to the stream's last
+// sequence as of its start (the server says nothing is pending), at once for an
+// empty stream.
 package jetstream

@@ -1,0 +1,137 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// applier is the node's receive side of the seam: fanout.Node.Apply.
+type applier interface {
+	Apply(from string, entries []*fanoutv1.SyncEntry) (int, error)
+}
+
+// feedInactive is how long the server keeps the feed's consumer once no one reads
+// it: a client that reconnects makes a new one (the ordered consumer's reset), and
+// an old one the client could not delete is gone within this, so a reconnect storm
+// leaves no consumers behind for long.
+const feedInactive = 30 * time.Second
+
+// feed brings every message of the stream to the node: one ordered consumer, from
+// the last message per key (the snapshot), then every new one. Each message is
+// applied through the node's apply path (Apply), which resolves last-writer-wins and
+// skips the echo of the node's own events. One goroutine (run) reads and applies;
+// the counters are atomic for Collect and Readiness.
+type feed struct {
+	node applier
+	log  *slog.Logger
+	it   jetstream.MessagesContext
+	wg   sync.WaitGroup
+
+	// ready is closed once the feed applied up to the stream's last message as of
+	// its start (at once for an empty stream).
+	ready     chan struct{}
+	readyOnce sync.Once
+	// startSeq is the stream's last sequence when the feed started. Read-only.
+	startSeq uint64
+
+	// applied is the stream sequence of the last message handled (applied, or
+	// skipped as foreign or refused). Written by run only.
+	applied atomic.Uint64
+	// lag is the messages of the stream after applied, as the server counted when it
+	// delivered it (its NumPending).
+	lag atomic.Uint64
+	// foreign counts messages this transport does not read (decodeMessage refused
+	// them: a `nats kv put`, a purge marker); refused those Apply refused.
+	foreign, refused atomic.Uint64
+}
+
+// startFeed starts the feed of st's stream into node: an ordered consumer that
+// delivers the last message per key first. It returns once the consumer exists;
+// run applies in its own goroutine until stop.
+func startFeed(ctx context.Context, st *stream, node applier) (*feed, error) {
+	info, err := st.s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: feed: stream info: %w", err)
+	}
+	cons, err := st.s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{st.prefix + ">"},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: feedInactive,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: feed: consumer: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: feed: %w", err)
+	}
+	f := &feed{node: node, log: st.cfg.Logger, it: it, ready: make(chan struct{}), startSeq: info.State.LastSeq}
+	if info.State.Msgs == 0 {
+		f.markReady()
+	}
+	f.wg.Go(func() { f.run(st.prefix) })
+	return f, nil
+}
+
+func (f *feed) markReady() { f.readyOnce.Do(func() { close(f.ready) }) }
+
+// run reads and applies until stop.
+func (f *feed) run(prefix string) {
+	for {
+		msg, err := f.it.Next()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return
+		case err != nil:
+			// The ordered consumer resets itself (with back-off) on what it can
+			// recover from; what it returns it could not.
+			f.log.Warn("jetstream: feed: reading the stream", "err", err)
+			continue
+		}
+		f.handle(prefix, msg)
+	}
+}
+
+// handle applies one message and moves the feed's position past it.
+func (f *feed) handle(prefix string, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		f.log.Warn("jetstream: feed: a message without metadata", "subject", msg.Subject(), "err", err)
+		return
+	}
+	m, err := decodeMessage(strings.TrimPrefix(msg.Subject(), prefix), msg.Headers(), msg.Data())
+	switch {
+	case err != nil:
+		f.foreign.Add(1)
+		f.log.Warn("jetstream: feed: skipped a message this transport did not write", "subject", msg.Subject(),
+			"seq", meta.Sequence.Stream, "err", err)
+	default:
+		// from is the origin: the stream relays nothing, each message is its
+		// origin's own write.
+		entry := &fanoutv1.SyncEntry{Event: m.Raw, Origin: m.Stamp.Origin, SubmittedAtUnixNanos: m.SubmittedAt}
+		if _, err := f.node.Apply(m.Stamp.Origin, []*fanoutv1.SyncEntry{entry}); err != nil {
+			f.refused.Add(1)
+			f.log.Warn("jetstream: feed: the node refused a message", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
+		}
+	}
+	f.applied.Store(meta.Sequence.Stream)
+	f.lag.Store(meta.NumPending)
+	if meta.NumPending == 0 || meta.Sequence.Stream >= f.startSeq {
+		f.markReady()
+	}
+}
+
+// stop ends the feed and waits for run. Idempotent.
+func (f *feed) stop() {
+	f.it.Stop()
+	f.wg.Wait()
+}
