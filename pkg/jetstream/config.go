@@ -28,7 +28,16 @@ type Config struct {
 	// bytes: 64 MiB, the mesh's pending budget per peer. Past it a QUEUED Submit's
 	// events are dropped (FateOverflow), counted.
 	OutboxBytes int64
-	// Now is the clock (publish latency). Default time.Now.
+	// Publishers is how many events are put into the stream at once: 16. A put is
+	// two round trips to the stream's leader (a read of the key, the publish and its
+	// Raft commit); 16 in flight keep a sidecar near its CPU limit rather than its
+	// round trips'.
+	Publishers int
+	// Limits are the node's event limits (fanout.Config.Limits): what an event may
+	// be, to check its subject and its size against the server's. Default
+	// event.DefaultLimits().
+	Limits event.Limits
+	// Now is the clock (publish latency, expiry). Default time.Now.
 	Now func() time.Time
 	// Logger is where the transport logs. Default slog.Default().
 	Logger *slog.Logger
@@ -41,6 +50,8 @@ func DefaultConfig() Config {
 		Replicas:    3,
 		MaxAttempts: 8,
 		OutboxBytes: 64 << 20,
+		Publishers:  16,
+		Limits:      event.DefaultLimits(),
 		Now:         time.Now,
 		Logger:      slog.Default(),
 	}
@@ -84,6 +95,8 @@ func (c Config) validate(l event.Limits) error {
 		return fmt.Errorf("jetstream: MaxAttempts: %d, want at least 1", c.MaxAttempts)
 	case c.OutboxBytes < int64(l.EventBytes()):
 		return fmt.Errorf("jetstream: OutboxBytes: %d, want at least one event of the limits (%d bytes)", c.OutboxBytes, l.EventBytes())
+	case c.Publishers < 1:
+		return fmt.Errorf("jetstream: Publishers: %d, want at least 1", c.Publishers)
 	case c.Now == nil:
 		return fmt.Errorf("jetstream: Now: nil; use time.Now")
 	case c.Logger == nil:

@@ -73,4 +73,43 @@
 // skipped and counted. The feed is ready once it has applied up to the stream's last
 // sequence as of its start (the server says nothing is pending), at once for an
 // empty stream.
+//
+// # The transport, one event's way
+//
+// New(cfg, nc, node) takes the caller's connection (it dials, with credentials and
+// TLS) and returns at once; its start goroutine opens the stream and starts the feed,
+// retrying with back-off (100 ms to 10 s), so a NATS unreachable at start makes a
+// node that is not ready and says why ("NATS unreachable: ..."), then "reading the
+// stream's snapshot: N messages to apply", then ready.
+//
+//  1. Submit asks Admit first, before the node stores anything: ack ALL is refused
+//     (the stream's ack says nothing of the other nodes' receipt), and so is an event
+//     that with its headers would be over the server's max_payload (the error names
+//     both it and --max-event-bytes): an INVALID_ARGUMENT.
+//  2. Publish hands the accepted events to the outbox, bounded in bytes
+//     (Config.OutboxBytes): past it an event is dropped as FateOverflow, counted.
+//     The transport has one destination, the stream; a Submit that waits for an ack
+//     is told at once that it cannot be had while the connection is down.
+//  3. Config.Publishers goroutines take events from the outbox and put each into the
+//     stream: a direct get of its key, then the CAS loop above. A landed or stored
+//     event is FateSucceeded, a stale one FateStale, one that spent its attempts
+//     FatePermanent; a failing stream or connection is retried with back-off (100 ms
+//     to 5 s) until the event's expiry (FateExpired) or Close (FateStopped).
+//
+// So the acks mean: QUEUED, the event is in this sidecar's outbox (not kept across a
+// restart yet); ONE and QUORUM alike, the stream's publish ack: the event, or a newer
+// one of its key, is committed by a majority of the stream's replicas (and on their
+// disks at the server's sync interval).
+//
+// Drain waits until the outbox is empty and nothing is in flight. Peers has one row,
+// the stream's (its address is the stream's name, its node id the server's URL).
+// Close stops the start goroutine, the publishers and the feed, and ends what is left
+// in the outbox as FateStopped; the caller closes the connection after it.
+//
+// The series (Collect): fanout_jetstream_publish_seconds (a put, conflicts
+// included), fanout_jetstream_cas_conflicts_total, _cas_retries_total,
+// _cas_gave_up_total, fanout_jetstream_feed_lag_messages,
+// _feed_applied_sequence, _feed_foreign_total, _feed_refused_total,
+// fanout_jetstream_reconnects_total, fanout_jetstream_outbox_bytes,
+// _outbox_events, _outbox_overflow_total.
 package jetstream

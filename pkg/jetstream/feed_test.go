@@ -53,7 +53,7 @@ func TestFeed(t *testing.T) {
 		key string
 		v   uint64
 	}{{"a", 1}, {"b", 1}, {"a", 2}, {"c/d", 1}, {"b", 3}} {
-		if _, err := st.put(ctx, testMessage(t, w.key, state.Stamp{Version: w.v, Origin: "n"}, 4), current{}); err != nil {
+		if _, err := st.put(ctx, testMessage(t, w.key, state.Stamp{Version: w.v, Origin: "n"}, 4), &current{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +89,7 @@ func TestFeed(t *testing.T) {
 		t.Fatalf("foreign %d, want 1", f.foreign.Load())
 	}
 
-	if _, err := st.put(ctx, testMessage(t, "a", state.Stamp{Version: 9, Origin: "m"}, 4), current{}); err != nil {
+	if _, err := st.put(ctx, testMessage(t, "a", state.Stamp{Version: 9, Origin: "m"}, 4), &current{}); err != nil {
 		t.Fatal(err)
 	}
 	if id, v := rec.next(t, "a new write"); id != "a" || v != 9 {

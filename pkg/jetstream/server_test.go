@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +15,26 @@ import (
 )
 
 // startServer starts one pinned nats-server with JetStream on loopback for the test
-// and returns its URL. (Until internal/natstest lands: then its cluster.)
-func startServer(t *testing.T) string {
+// and returns its URL, with conf (lines of a server configuration file) if any.
+// (Until internal/natstest lands: then its cluster.)
+func startServer(t *testing.T, conf ...string) string {
+	t.Helper()
+	return startServerOn(t, takePort(t), conf...)
+}
+
+// takePort is a loopback port for a server the test starts later.
+func takePort(t *testing.T) int {
+	t.Helper()
+	ports, err := freeport.Take(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ports.Release)
+	return ports.Ports()[0]
+}
+
+// startServerOn is startServer on a given port.
+func startServerOn(t *testing.T, port int, conf ...string) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -27,14 +46,15 @@ func startServer(t *testing.T) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build nats-server: %v\n%s", err, out)
 	}
-	ports, err := freeport.Take(1)
-	if err != nil {
-		t.Fatal(err)
+	args := []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", t.TempDir()}
+	if len(conf) > 0 {
+		file := filepath.Join(t.TempDir(), "nats.conf")
+		if err := os.WriteFile(file, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-c", file)
 	}
-	port := ports.Ports()[0]
-	ports.Release()
-	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", t.TempDir())
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -146,19 +146,26 @@ type outcome struct {
 	seq     uint64  // the key's sequence: the event's if it landed or was stored
 }
 
-// put publishes m with last-writer-wins (cas.go): expecting hint's sequence first,
-// then, after each conflict, the sequence a direct get reads, until the event lands,
-// is found stored or stale, or the attempts are spent. An error is the stream's or
+// put publishes m with last-writer-wins (cas.go): expecting hint's sequence first
+// (nil: the one a direct get reads), then, after each conflict, the sequence a
+// direct get reads, until the event lands, is found stored or stale, or the attempts
+// are spent. An error is the stream's or
 // the connection's (the event may or may not have landed: a retry of put finds out).
-func (s *stream) put(ctx context.Context, m *message, hint current) (outcome, error) {
+func (s *stream) put(ctx context.Context, m *message, hint *current) (outcome, error) {
 	subject := s.prefix + encodeKey(m.TaskID)
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Raw}
 	msg.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.stream())
-	if err := s.fits(msg); err != nil {
+	err := s.fits(msg)
+	if err != nil {
 		return outcome{}, err
 	}
 	c := newCAS(m.Stamp, s.cfg.MaxAttempts)
-	cur := hint
+	var cur current
+	if hint != nil {
+		cur = *hint
+	} else if cur, err = s.current(ctx, subject); err != nil {
+		return outcome{}, err
+	}
 	for {
 		d := c.decide(cur)
 		switch d.verdict {

@@ -99,7 +99,7 @@ func TestStream(t *testing.T) {
 		{"newer", testMessage(t, "app/k", state.Stamp{Version: 6, Origin: "a"}, 1), publish},
 	} {
 		before := st.conflicts.Load()
-		got, err := st.put(ctx, step.m, current{})
+		got, err := st.put(ctx, step.m, &current{})
 		if err != nil || got.verdict != step.want {
 			t.Fatalf("%s: %v, %v; want %v", step.name, got.verdict, err, step.want)
 		}
@@ -121,7 +121,7 @@ func TestStream(t *testing.T) {
 	}
 	del := testMessage(t, "app/k", state.Stamp{Version: 7, Origin: "a"}, 0)
 	del.Deleted = true
-	if _, err := st.put(ctx, del, current{}); err != nil {
+	if _, err := st.put(ctx, del, &current{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Get(ctx, "app.k"); !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -129,7 +129,7 @@ func TestStream(t *testing.T) {
 	}
 
 	big := testMessage(t, "big", a5, int(nc.MaxPayload()))
-	_, err = st.put(ctx, big, current{})
+	_, err = st.put(ctx, big, &current{})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("max_payload of %d bytes", nc.MaxPayload())) ||
 		!strings.Contains(err.Error(), "--max-event-bytes") {
 		t.Fatalf("an event over max_payload: %v", err)
@@ -166,7 +166,7 @@ func TestConcurrentWriters(t *testing.T) {
 		errs := make([]error, writers)
 		var wg sync.WaitGroup
 		for i := range writers {
-			wg.Go(func() { outcomes[i], errs[i] = streams[i].put(ctx, testMessage(t, key, stamps[i], 8), current{}) })
+			wg.Go(func() { outcomes[i], errs[i] = streams[i].put(ctx, testMessage(t, key, stamps[i], 8), &current{}) })
 		}
 		wg.Wait()
 		cur, err := streams[0].current(ctx, streams[0].prefix+encodeKey(key))
