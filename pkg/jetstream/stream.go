@@ -155,7 +155,7 @@ func (s *stream) put(ctx context.Context, m *message, hint *current) (outcome, e
 	subject := s.prefix + encodeKey(m.TaskID)
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Raw}
 	msg.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.stream())
-	err := s.fits(msg)
+	err := s.fits(m)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -222,13 +222,15 @@ func (s *stream) current(ctx context.Context, subject string) (current, error) {
 	return current{present: true, stamp: m.Stamp, seq: raw.Sequence}, nil
 }
 
-// fits refuses a message the server's max_payload does not take, naming both limits.
-func (s *stream) fits(msg *nats.Msg) error {
+// fits refuses a message the server's max_payload does not take, naming both limits:
+// the event and its headers at their longest (headerBound), as Transport.Admit
+// counts them.
+func (s *stream) fits(m *message) error {
 	max := s.nc.MaxPayload()
-	if size := int64(msg.Size() - len(msg.Subject)); size > max {
+	if size := int64(len(m.Raw) + headerBound(m.Stamp.Origin)); size > max {
 		return fmt.Errorf("%w: %d bytes with its headers (the event: %d), over the server's max_payload of %d bytes; "+
 			"this node takes events of up to %d bytes (--max-event-bytes %d): lower it, or raise max_payload on the NATS servers",
-			ErrTooLarge, size, len(msg.Data), max, s.limits.EventBytes(), s.limits.MaxEventBytes)
+			ErrTooLarge, size, len(m.Raw), max, s.limits.EventBytes(), s.limits.MaxEventBytes)
 	}
 	return nil
 }

@@ -36,6 +36,8 @@ type Transport struct {
 	node   *fanout.Node
 	fate   func(dest string, t *batcher.Task[wire.Outgoing], f batcher.Fate)
 	dest   string // the one destination: the stream's name
+	// headers is the most bytes a message's headers take for this node (headerBound).
+	headers int
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -81,6 +83,7 @@ func New(cfg Config, nc *nats.Conn, node *fanout.Node) (*Transport, error) {
 			Help:    "Time to put one event into the stream: the read of its key, the publish and its ack, conflicts included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		})}
+	t.headers = headerBound(node.ID())
 	t.ob.init(cfg.OutboxBytes)
 	t.setReason("connecting to NATS")
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -153,7 +156,7 @@ func (t *Transport) Admit(ack fanoutv1.AckPolicy, events [][]byte) error {
 	if max <= 0 {
 		return nil // not connected yet: the publisher refuses it (FateTooLarge)
 	}
-	room := max - int64(headerBound(t.node.ID())) - 11 // the version the node may append
+	room := max - int64(t.headers) - 11 // the version the node may append
 	for i, ev := range events {
 		if int64(len(ev)) > room {
 			return event.Invalid(fmt.Sprintf("events[%d]", i), "%d bytes: over what the NATS server's max_payload of %d bytes "+

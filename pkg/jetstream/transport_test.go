@@ -201,18 +201,40 @@ func TestTwoNodes(t *testing.T) {
 	}
 }
 
-// TestNotReachable: a node whose NATS is not up yet is not ready and says why; it
-// turns ready once the server comes up and the client connects.
+// TestNotReachable: a node whose NATS is not up yet is not ready and says why; a
+// Submit that waits for the stream's ack is told at once it cannot have it, and its
+// events wait in the outbox with the QUEUED ones; once the server comes up the node
+// turns ready and the events reach the stream: a node started then gets them.
 func TestNotReachable(t *testing.T) {
 	port := takePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	m := startMemberOpts(t, url, "a", "late", nats.RetryOnFailedConnect(true), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
-	if ok, why := m.node.Readiness(); ok || !strings.Contains(why, "NATS") {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := startMemberOpts(t, url, "a", "late", nats.RetryOnFailedConnect(true), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	if ok, why := a.node.Readiness(); ok || !strings.Contains(why, "NATS") {
 		t.Fatalf("before the server: ready %t, %q", ok, why)
 	}
+	if _, err := submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUEUED, &fanoutv1.Event{TaskId: "queued", Payload: []byte("q")}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "quorum", Payload: []byte("q")})
+	if err != nil || resp.GetSatisfied() || len(resp.GetPeerAcks()) != 1 || !strings.Contains(resp.GetPeerAcks()[0].GetDetail(), "NATS unreachable") {
+		t.Fatalf("QUORUM Submit while NATS is unreachable: %v, %v", resp, err)
+	}
+
 	startServerOn(t, port)
-	m.waitReady(t)
-	if ok, why := m.node.Readiness(); !ok {
+	a.waitReady(t)
+	if ok, why := a.node.Readiness(); !ok {
 		t.Fatalf("after the server came up: %q", why)
+	}
+	if _, err := a.node.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := startMember(t, url, "b", "late")
+	b.waitReady(t)
+	for _, k := range []string{"queued", "quorum"} {
+		if sa, _ := a.stamp(k); func() bool { sb, ok := b.stamp(k); return !ok || sb != sa }() {
+			t.Fatalf("%s: b does not hold a's write after the server came up", k)
+		}
 	}
 }
