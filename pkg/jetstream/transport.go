@@ -31,17 +31,17 @@ import (
 // retrying with back-off while NATS is unreachable), the publishers, and the feed's.
 // Close stops them all and waits.
 type Transport struct {
-	cfg    Config
-	nc     *nats.Conn
-	node   *fanout.Node
-	fate   func(dest string, t *batcher.Task[wire.Outgoing], f batcher.Fate)
-	dest   string // the one destination: the stream's name
+	cfg  Config
+	nc   *nats.Conn
+	node *fanout.Node
+	fate func(dest string, t *batcher.Task[wire.Outgoing], f batcher.Fate)
+	dest string // the one destination: the stream's name
 	// headers is the most bytes a message's headers take for this node (headerBound).
 	headers int
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed sync.Once
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closed  sync.Once
 
 	// ready is closed once the feed has applied the stream up to its last sequence
 	// at start.
