@@ -35,6 +35,9 @@ type feed struct {
 	log  *slog.Logger
 	it   jetstream.MessagesContext
 	wg   sync.WaitGroup
+	// done is closed by stop: it ends run's back-off after a read error.
+	done     chan struct{}
+	stopOnce sync.Once
 
 	// ready is closed once the feed applied up to the stream's last message as of
 	// its start (at once for an empty stream).
@@ -74,7 +77,7 @@ func startFeed(ctx context.Context, st *stream, node applier) (*feed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: feed: %w", err)
 	}
-	f := &feed{node: node, log: st.cfg.Logger, it: it, ready: make(chan struct{}), startSeq: info.State.LastSeq}
+	f := &feed{node: node, log: st.cfg.Logger, it: it, done: make(chan struct{}), ready: make(chan struct{}), startSeq: info.State.LastSeq}
 	if info.State.Msgs == 0 {
 		f.markReady()
 	}
@@ -84,22 +87,35 @@ func startFeed(ctx context.Context, st *stream, node applier) (*feed, error) {
 
 func (f *feed) markReady() { f.readyOnce.Do(func() { close(f.ready) }) }
 
-// run reads and applies until stop.
+// run reads and applies until stop. The ordered consumer resets itself (with
+// back-off) on what it can recover from; an error it returns is logged and the read
+// retried after a back-off of its own (100 ms to 5 s), so that a lasting one neither
+// spins nor floods the log.
 func (f *feed) run(prefix string) {
+	wait := 100 * time.Millisecond
 	for {
 		msg, err := f.it.Next()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			return
 		case err != nil:
-			// The ordered consumer resets itself (with back-off) on what it can
-			// recover from; what it returns it could not.
-			f.log.Warn("jetstream: feed: reading the stream", "err", err)
+			f.log.Warn("jetstream: feed: reading the stream", "err", err, "retry_in", wait)
+			select {
+			case <-f.done:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
 			continue
 		}
+		wait = 100 * time.Millisecond
 		f.handle(prefix, msg)
 	}
 }
+
+// rare reports whether the n-th occurrence of something is logged: the first and
+// then at each power of two, so a stream full of bad messages logs a few lines.
+func rare(n uint64) bool { return n&(n-1) == 0 }
 
 // handle applies one message and moves the feed's position past it.
 func (f *feed) handle(prefix string, msg jetstream.Msg) {
@@ -111,16 +127,17 @@ func (f *feed) handle(prefix string, msg jetstream.Msg) {
 	m, err := decodeMessage(strings.TrimPrefix(msg.Subject(), prefix), msg.Headers(), msg.Data())
 	switch {
 	case err != nil:
-		f.foreign.Add(1)
-		f.log.Warn("jetstream: feed: skipped a message this transport did not write", "subject", msg.Subject(),
-			"seq", meta.Sequence.Stream, "err", err)
+		if rare(f.foreign.Add(1)) {
+			f.log.Warn("jetstream: feed: skipped a message this transport did not write", "subject", msg.Subject(),
+				"seq", meta.Sequence.Stream, "err", err, "skipped", f.foreign.Load())
+		}
 	default:
 		// from is the origin: the stream relays nothing, each message is its
 		// origin's own write.
 		entry := &fanoutv1.SyncEntry{Event: m.Raw, Origin: m.Stamp.Origin, SubmittedAtUnixNanos: m.SubmittedAt}
-		if _, err := f.node.Apply(m.Stamp.Origin, []*fanoutv1.SyncEntry{entry}); err != nil {
-			f.refused.Add(1)
-			f.log.Warn("jetstream: feed: the node refused a message", "subject", msg.Subject(), "seq", meta.Sequence.Stream, "err", err)
+		if _, err := f.node.Apply(m.Stamp.Origin, []*fanoutv1.SyncEntry{entry}); err != nil && rare(f.refused.Add(1)) {
+			f.log.Warn("jetstream: feed: the node refused a message", "subject", msg.Subject(), "seq", meta.Sequence.Stream,
+				"err", err, "refused", f.refused.Load())
 		}
 	}
 	f.applied.Store(meta.Sequence.Stream)
@@ -132,6 +149,7 @@ func (f *feed) handle(prefix string, msg jetstream.Msg) {
 
 // stop ends the feed and waits for run. Idempotent.
 func (f *feed) stop() {
+	f.stopOnce.Do(func() { close(f.done) })
 	f.it.Stop()
 	f.wg.Wait()
 }

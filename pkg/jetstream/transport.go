@@ -61,7 +61,9 @@ type Transport struct {
 	fates     [batcher.FateTooLarge + 1]atomic.Uint64 // by fate, for Peers
 	latency   prometheus.Histogram                    // one put, from the first read to the ack
 	lastErr   atomic.Pointer[string]                  // the last publish error, for Peers
-	series    *series
+	// publishErrs counts the puts that failed (and were retried), for the log's rate.
+	publishErrs atomic.Uint64
+	series      *series
 }
 
 var _ fanout.Transport = (*Transport)(nil)
@@ -243,6 +245,10 @@ func (t *Transport) send(st *stream, task *batcher.Task[wire.Outgoing]) batcher.
 		}
 		msg := err.Error()
 		t.lastErr.Store(&msg)
+		if rare(t.publishErrs.Add(1)) {
+			t.cfg.Logger.Warn("jetstream: a publish failed; retrying", "task_id", task.ID, "err", err, "retry_in", wait,
+				"failures", t.publishErrs.Load())
+		}
 		select {
 		case <-t.ctx.Done():
 			return batcher.FateStopped
