@@ -24,9 +24,9 @@ type current struct {
 	// present: the key has a message. Invariant: !present implies seq == 0 and a
 	// zero stamp.
 	present bool
-	// stamp is the message's (version, origin); the zero stamp for a message that is
-	// not this transport's (foreign: `nats kv put`, a purge marker), which any event
-	// replaces.
+	// stamp is the message's (version, origin); the zero stamp for a message known
+	// to be older than any event: one that is not this transport's (foreign: `nats
+	// kv put`, a purge marker), or a feed's hint (Transport.hint).
 	stamp state.Stamp
 	// seq is the message's stream sequence: what the next publish expects.
 	seq uint64

@@ -91,7 +91,9 @@
 //     The transport has one destination, the stream; a Submit that waits for an ack
 //     is told at once that it cannot be had while the connection is down.
 //  3. Config.Publishers goroutines take events from the outbox and put each into the
-//     stream: a direct get of its key, then the CAS loop above. A landed or stored
+//     stream: the CAS loop above, starting from the key's sequence the feed last
+//     applied while the node's table still holds the event (hints.go: one round trip
+//     for an update), else from a direct get of the key. A landed or stored
 //     event is FateSucceeded, a stale one FateStale, one that spent its attempts
 //     FatePermanent; a failing stream or connection is retried with back-off (100 ms
 //     to 5 s) until the event's expiry (FateExpired) or Close (FateStopped).

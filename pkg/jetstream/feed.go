@@ -33,8 +33,10 @@ const feedInactive = 30 * time.Second
 type feed struct {
 	node applier
 	log  *slog.Logger
-	it   jetstream.MessagesContext
-	wg   sync.WaitGroup
+	// hints gets the sequence of every message applied (or foreign) per key.
+	hints *hints
+	it    jetstream.MessagesContext
+	wg    sync.WaitGroup
 	// done is closed by stop: it ends run's back-off after a read error.
 	done     chan struct{}
 	stopOnce sync.Once
@@ -52,6 +54,9 @@ type feed struct {
 	// lag is the messages of the stream after applied, as the server counted when it
 	// delivered it (its NumPending).
 	lag atomic.Uint64
+	// handled has a value after run handled a message (capacity 1, sent without
+	// blocking): for a reader that waits for the feed's progress.
+	handled chan struct{}
 	// foreign counts messages this transport does not read (decodeMessage refused
 	// them: a `nats kv put`, a purge marker); refused those Apply refused.
 	foreign, refused atomic.Uint64
@@ -60,7 +65,7 @@ type feed struct {
 // startFeed starts the feed of st's stream into node: an ordered consumer that
 // delivers the last message per key first. It returns once the consumer exists;
 // run applies in its own goroutine until stop.
-func startFeed(ctx context.Context, st *stream, node applier) (*feed, error) {
+func startFeed(ctx context.Context, st *stream, node applier, h *hints) (*feed, error) {
 	info, err := st.s.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: feed: stream info: %w", err)
@@ -77,7 +82,7 @@ func startFeed(ctx context.Context, st *stream, node applier) (*feed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: feed: %w", err)
 	}
-	f := &feed{node: node, log: st.cfg.Logger, it: it, done: make(chan struct{}), ready: make(chan struct{}), startSeq: info.State.LastSeq}
+	f := &feed{node: node, log: st.cfg.Logger, hints: h, it: it, done: make(chan struct{}), handled: make(chan struct{}, 1), ready: make(chan struct{}), startSeq: info.State.LastSeq}
 	if info.State.Msgs == 0 {
 		f.markReady()
 	}
@@ -127,6 +132,7 @@ func (f *feed) handle(prefix string, msg jetstream.Msg) {
 	m, err := decodeMessage(strings.TrimPrefix(msg.Subject(), prefix), msg.Headers(), msg.Data())
 	switch {
 	case err != nil:
+		f.hints.note(msg.Subject(), meta.Sequence.Stream) // any event replaces it
 		if rare(f.foreign.Add(1)) {
 			f.log.Warn("jetstream: feed: skipped a message this transport did not write", "subject", msg.Subject(),
 				"seq", meta.Sequence.Stream, "err", err, "skipped", f.foreign.Load())
@@ -135,13 +141,19 @@ func (f *feed) handle(prefix string, msg jetstream.Msg) {
 		// from is the origin: the stream relays nothing, each message is its
 		// origin's own write.
 		entry := &fanoutv1.SyncEntry{Event: m.Raw, Origin: m.Stamp.Origin, SubmittedAtUnixNanos: m.SubmittedAt}
-		if _, err := f.node.Apply(m.Stamp.Origin, []*fanoutv1.SyncEntry{entry}); err != nil && rare(f.refused.Add(1)) {
+		_, err := f.node.Apply(m.Stamp.Origin, []*fanoutv1.SyncEntry{entry})
+		switch {
+		case err == nil:
+			// The table now holds this message's stamp or a newer one.
+			f.hints.note(msg.Subject(), meta.Sequence.Stream)
+		case rare(f.refused.Add(1)):
 			f.log.Warn("jetstream: feed: the node refused a message", "subject", msg.Subject(), "seq", meta.Sequence.Stream,
 				"err", err, "refused", f.refused.Load())
 		}
 	}
 	f.applied.Store(meta.Sequence.Stream)
 	f.lag.Store(meta.NumPending)
+	signal(f.handled)
 	if meta.NumPending == 0 || meta.Sequence.Stream >= f.startSeq {
 		f.markReady()
 	}

@@ -67,7 +67,7 @@ func TestFeed(t *testing.T) {
 	}
 
 	rec := &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 16)}
-	f, err := startFeed(ctx, st, rec)
+	f, err := startFeed(ctx, st, rec, new(hints))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestFeedEmptyStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := startFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)})
+	f, err := startFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)}, new(hints))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,9 @@ type stream struct {
 	// conflicts counts publishes that met a wrong last subject sequence (another
 	// writer of the key landed first); retries the publishes that followed one.
 	conflicts, retries atomic.Uint64
-	// gaveUp counts events that spent Config.MaxAttempts.
-	gaveUp atomic.Uint64
+	// gaveUp counts events that spent Config.MaxAttempts; reads the direct gets of a
+	// key before a publish.
+	gaveUp, reads atomic.Uint64
 }
 
 // openStream checks the server and opens the bucket's stream: it creates it as the KV
@@ -206,6 +207,7 @@ func wrongSequence(err error) bool {
 // stamp if it is this transport's, the zero stamp if not (foreign: any event
 // replaces it).
 func (s *stream) current(ctx context.Context, subject string) (current, error) {
+	s.reads.Add(1)
 	raw, err := s.s.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):

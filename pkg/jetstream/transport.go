@@ -54,6 +54,8 @@ type Transport struct {
 	reason atomic.Pointer[string]
 
 	ob outbox
+	// hints are the feed's sequences per key, for the publishers (hints.go).
+	hints hints
 
 	// published counts the events that got a final fate from the stream (landed,
 	// stored or stale), for Drain.
@@ -135,7 +137,7 @@ func (t *Transport) open() error {
 	if err != nil {
 		return err
 	}
-	fd, err := startFeed(ctx, st, t.node)
+	fd, err := startFeed(ctx, st, t.node, &t.hints)
 	if err != nil {
 		return err
 	}
@@ -232,7 +234,7 @@ func (t *Transport) send(st *stream, task *batcher.Task[wire.Outgoing]) batcher.
 			return batcher.FateExpired
 		}
 		start := t.cfg.Now()
-		o, err := st.put(t.ctx, &m, nil)
+		o, err := st.put(t.ctx, &m, t.hint(st, &m))
 		switch {
 		case err == nil:
 			t.latency.Observe(t.cfg.Now().Sub(start).Seconds())
@@ -255,6 +257,24 @@ func (t *Transport) send(st *stream, task *batcher.Task[wire.Outgoing]) batcher.
 		case <-time.After(wait):
 		}
 	}
+}
+
+// hint is what the first publish of m may expect without reading the key: the
+// sequence of the key's last message the feed applied, if the node's table still
+// holds m itself. Then that message was older than m: had it been newer the table
+// would hold it instead (the table only moves to newer stamps), and if it was
+// applied before m was accepted, m was accepted as newer than it. So expecting its
+// sequence lands m only over an older message; if the stream moved on since, the
+// publish meets a conflict and reads the key. nil: read the key first.
+func (t *Transport) hint(st *stream, m *message) *current {
+	seq, ok := t.hints.get(st.prefix + encodeKey(m.TaskID))
+	if !ok {
+		return nil
+	}
+	if e, ok := t.node.Table().Get([]byte(m.TaskID)); !ok || e.Stamp != m.Stamp {
+		return nil
+	}
+	return &current{present: true, seq: seq} // the zero stamp: older than m
 }
 
 // fateOf is the fate of a put's outcome.

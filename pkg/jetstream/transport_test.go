@@ -158,6 +158,31 @@ func TestTwoNodes(t *testing.T) {
 		})
 	}
 
+	// An update of a key a's feed has applied expects its sequence at once: no read.
+	st, fd := a.tr.st.Load(), a.tr.fd.Load()
+	for deadline := time.After(10 * time.Second); ; {
+		if _, ok := a.tr.hints.get(st.prefix + encodeKey("app/k1")); ok {
+			break
+		}
+		select {
+		case <-fd.handled:
+		case <-deadline:
+			t.Fatal("a's feed has no hint for app/k1 within 10s")
+		}
+	}
+	reads := st.reads.Load()
+	if _, err := submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "app/k1", Payload: []byte("v2")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.tr.st.Load().reads.Load() - reads; got != 0 {
+		t.Fatalf("an update of a key the feed applied read it %d times, want 0 (the feed's hint)", got)
+	}
+	b.waitFor(t, "a's update of app/k1", func() bool {
+		sa, _ := a.stamp("app/k1")
+		sb, _ := b.stamp("app/k1")
+		return sa == sb
+	})
+
 	// A delete on b reaches a.
 	if _, err := submit(ctx, b, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "app/k0", Deleted: true}); err != nil {
 		t.Fatal(err)
