@@ -67,8 +67,13 @@ func openStream(ctx context.Context, nc *nats.Conn, cfg Config, l event.Limits) 
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.stream(), err)
 	}
-	if err := cfg.checkStream(&st.s.CachedInfo().Config); err != nil {
+	sc := &st.s.CachedInfo().Config
+	if err := cfg.checkStream(sc); err != nil {
 		return nil, err
+	}
+	if sc.Replicas != cfg.Replicas {
+		cfg.Logger.Warn("jetstream: the stream exists with another replica count; it keeps its own",
+			"stream", sc.Name, "replicas", sc.Replicas, "configured", cfg.Replicas)
 	}
 	return st, nil
 }
@@ -106,6 +111,8 @@ func (c Config) checkStream(sc *jetstream.StreamConfig) error {
 	case sc.MaxMsgsPerSubject != 1:
 		return fmt.Errorf("jetstream: stream %s keeps %d messages per subject (history), want 1: a key's last message must be its winner; %s",
 			sc.Name, sc.MaxMsgsPerSubject, fix)
+	case !sc.AllowRollup:
+		return fmt.Errorf("jetstream: stream %s does not allow rollups, which the KV format's purge needs; %s", sc.Name, fix)
 	case !sc.AllowDirect:
 		return fmt.Errorf("jetstream: stream %s does not allow direct get, which a write conflict reads the key with; %s", sc.Name, fix)
 	case sc.MaxAge != 0:
