@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -202,11 +203,15 @@ func TestCASOneWinner(t *testing.T) {
 func TestCASOnDebianServer(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Binary = testbin.Find(t, "nats-server", "Debian's nats-server package")
+	version, err := exec.Command(cfg.Binary, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", cfg.Binary, err)
+	}
 	c := Start(t, cfg)
 	createKV(t, newJS(t, c.Connect(0)), 3)
 	r := raceCAS(t, c, casRounds)
-	t.Logf("Debian's nats-server, %d rounds of two CAS writers on an R3 stream: %d with two winners, %d with one, %d with none (%d other errors)",
-		casRounds, r.doubleWins, casRounds-r.doubleWins-r.noWins, r.noWins, r.otherErrs)
+	t.Logf("%s (%s), %d rounds of two CAS writers on an R3 stream: %d with two winners, %d with one, %d with none (%d other errors)",
+		cfg.Binary, strings.TrimSpace(string(version)), casRounds, r.doubleWins, casRounds-r.doubleWins-r.noWins, r.noWins, r.otherErrs)
 }
 
 type raceResult struct {
