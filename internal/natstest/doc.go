@@ -84,7 +84,9 @@
 //
 // Server i never dials another server directly. For every ordered pair (i, j) there
 // is a link, a TCP proxy in the test process that listens on i's address and forwards
-// to j's route port, and i's configuration lists its links as its routes. Gossip
+// to j's route port, and i's configuration lists its links as its routes. (A link
+// only needs to carry, cut and heal; toxiproxy, which test/e2e uses for slow links,
+// is not a dependency of the product's module, where this package lives.) Gossip
 // could still make a route around the links: a server that hears of another before
 // its own route to it is up dials the address the other advertises. So each server
 // advertises a route address where nothing listens; such a dial is refused once and
