@@ -9,7 +9,9 @@
 #     dnsmasq package adds a system service that would start at install and take
 #     port 53 (next to systemd-resolved, on a developer's machine);
 #   - Debian's nats-server: the NATS side of `make bench-compare` (bench/natsbench) is
-#     tested against a real 3-server cluster;
+#     tested against a real 3-server cluster, and internal/natstest shows what this
+#     old release (2.9.10) gets wrong next to the one the JetStream tests run (pinned
+#     in tools/go.mod and built by go, not installed here);
 #   - Node.js and npm (Debian's nodejs and npm, only if there is no node or npm at
 #     all), and examples/node's packages (@grpc/grpc-js, @grpc/proto-loader) by
 #     `npm ci` from its package-lock.json: the Node.js client example runs too.

@@ -278,7 +278,7 @@ func (s *Server) launch() {
 	fmt.Fprintf(f, "==== %s exec %s %s\n", time.Now().Format(time.RFC3339Nano), s.bin, strings.Join(s.args(), " "))
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = procAttr()
+	cmd.SysProcAttr = testbin.ProcAttr()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("dnstest: start dnsmasq: %v", err)
 	}

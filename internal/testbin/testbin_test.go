@@ -44,3 +44,29 @@ func TestFind(t *testing.T) {
 		t.Fatalf("missing: %q, failure %q", got, f.failed)
 	}
 }
+
+func TestToolName(t *testing.T) {
+	for _, c := range []struct{ pkg, want string }{
+		{"github.com/nats-io/nats-server/v2", "nats-server"},
+		{"github.com/fullstorydev/grpcurl/cmd/grpcurl", "grpcurl"},
+		{"example.com/tools/v", "v"},
+		{"example.com/tools/v2x", "v2x"},
+		{"example.com/vtool/v12", "vtool"},
+	} {
+		t.Run(c.pkg, func(t *testing.T) {
+			if got := toolName(c.pkg); got != c.want {
+				t.Fatalf("toolName(%q) = %q, want %q", c.pkg, got, c.want)
+			}
+		})
+	}
+}
+
+func TestProductDir(t *testing.T) {
+	dir, err := ProductDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tools", "go.mod")); err != nil {
+		t.Fatalf("ProductDir %s has no tools/go.mod: %v", dir, err)
+	}
+}

@@ -5,9 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/fanout/fanout/internal/testbin"
 	"go.uber.org/goleak"
 )
 
@@ -32,7 +32,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	product, err := productDir()
+	product, err := testbin.ProductDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -56,16 +56,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return 0
-}
-
-// productDir is the directory of the product's module, which this test module
-// replaces with its checkout (test/go.mod).
-func productDir() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/fanout/fanout").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m github.com/fanout/fanout: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
 }
 
 // build runs go build in dir ("": here). The sidecar is built in the product's own
