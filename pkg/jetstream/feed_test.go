@@ -42,10 +42,10 @@ func (r *recordingApplier) next(t *testing.T, what string) (string, uint64) {
 // however often it was written), turns ready once it applied them, then delivers
 // every new write; a message this transport did not write is skipped and counted.
 func TestFeed(t *testing.T) {
-	nc := connect(t, startServer(t))
+	nc := connect(t, startCluster(t, 1).URL(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := openStream(ctx, nc, testStreamConfig("feed"), event.DefaultLimits())
+	st, err := openStream(ctx, nc, testStreamConfig("feed", 1), event.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +102,10 @@ func TestFeed(t *testing.T) {
 
 // TestFeedEmptyStream: on an empty stream the feed is ready at once.
 func TestFeedEmptyStream(t *testing.T) {
-	nc := connect(t, startServer(t))
+	nc := connect(t, startCluster(t, 1).URL(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := openStream(ctx, nc, testStreamConfig("empty"), event.DefaultLimits())
+	st, err := openStream(ctx, nc, testStreamConfig("empty", 1), event.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,9 +28,9 @@ func TestCheckServer(t *testing.T) {
 	}
 }
 
-func testStreamConfig(bucket string) Config {
+func testStreamConfig(bucket string, replicas int) Config {
 	c := DefaultConfig()
-	c.Bucket, c.Replicas = bucket, 1
+	c.Bucket, c.Replicas = bucket, replicas
 	return c
 }
 
@@ -62,27 +62,26 @@ func testMessage(t testing.TB, taskID string, st state.Stamp, payload int) *mess
 // stored, an older event is stale and a newer one lands after a conflict; `nats kv`
 // reads what was written; an event over max_payload is refused naming both limits.
 func TestStream(t *testing.T) {
-	url := startServer(t)
-	nc := connect(t, url)
+	nc := connect(t, startCluster(t, 1).URL(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l := event.DefaultLimits()
 
-	st, err := openStream(ctx, nc, testStreamConfig("b"), l)
+	st, err := openStream(ctx, nc, testStreamConfig("b", 1), l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !st.created {
 		t.Fatal("the stream was not created")
 	}
-	if again, err := openStream(ctx, nc, testStreamConfig("b"), l); err != nil || again.created {
+	if again, err := openStream(ctx, nc, testStreamConfig("b", 1), l); err != nil || again.created {
 		t.Fatalf("second open: created %t, %v", again != nil && again.created, err)
 	}
 	js, _ := jetstream.New(nc)
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "hist", History: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openStream(ctx, nc, testStreamConfig("hist"), l); err == nil || !strings.Contains(err.Error(), "keeps 5 messages per subject") {
+	if _, err := openStream(ctx, nc, testStreamConfig("hist", 1), l); err == nil || !strings.Contains(err.Error(), "keeps 5 messages per subject") {
 		t.Fatalf("a bucket with history 5: %v", err)
 	}
 
@@ -136,17 +135,18 @@ func TestStream(t *testing.T) {
 	}
 }
 
-// TestConcurrentWriters: 8 writers of one key, each with its own connection and a
-// different (version, origin), put at once, round after round: the stream ends
-// holding the highest, every writer's verdict agrees with it, and none gives up.
+// TestConcurrentWriters: 8 writers of one key on an R3 stream, each with its own
+// connection (to the three servers in turn) and a different (version, origin), put
+// at once, round after round: the stream ends holding the highest, every writer's
+// verdict agrees with it, and none gives up.
 func TestConcurrentWriters(t *testing.T) {
-	url := startServer(t)
+	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const writers, rounds = 8, 20
 	streams := make([]*stream, writers)
 	for i := range streams {
-		st, err := openStream(ctx, connect(t, url), testStreamConfig("race"), event.DefaultLimits())
+		st, err := openStream(ctx, connect(t, c.URL(i%3)), testStreamConfig("race", 3), event.DefaultLimits())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,16 +26,16 @@ type member struct {
 	tr   *Transport
 }
 
-func startMember(t *testing.T, url, id, bucket string) *member {
+func startMember(t *testing.T, url, id, bucket string, replicas int) *member {
 	t.Helper()
-	return startMemberOpts(t, url, id, bucket)
+	return startMemberOpts(t, url, id, bucket, replicas)
 }
 
-func startMemberOpts(t *testing.T, url, id, bucket string, opts ...nats.Option) *member {
+func startMemberOpts(t *testing.T, url, id, bucket string, replicas int, opts ...nats.Option) *member {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := DefaultConfig()
-	cfg.Bucket, cfg.Replicas, cfg.Logger = bucket, 1, logger
+	cfg.Bucket, cfg.Replicas, cfg.Logger = bucket, replicas, logger
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -96,23 +96,24 @@ func submit(ctx context.Context, m *member, ack fanoutv1.AckPolicy, evs ...*fano
 	return m.node.Submit(ctx, &fanoutv1.SubmitRequest{Events: evs, Ack: ack, AckTimeout: durationpb.New(10 * time.Second)})
 }
 
-// TestTwoNodes: two fanout nodes on one stream. One written before the second
+// TestTwoNodes: two fanout nodes on one R3 stream, each connected to its own server
+// of three. One written before the second
 // starts reaches it through the snapshot; Submits with ack QUORUM are satisfied by
 // the stream's ack, QUEUED ones leave through the outbox; both nodes converge on
 // every key, concurrent writers of one key included; a delete reaches the other; ack
 // ALL and an event over max_payload are refused before anything is stored.
 func TestTwoNodes(t *testing.T) {
-	url := startServer(t, "max_payload: 65536")
+	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	a := startMember(t, url, "a", "two")
+	a := startMember(t, c.URL(0), "a", "two", 3)
 	a.waitReady(t)
 	if resp, err := submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "before/b", Payload: []byte("1")}); err != nil ||
 		!resp.GetSatisfied() {
 		t.Fatalf("QUORUM Submit on a: %v, %v", resp, err)
 	}
-	b := startMember(t, url, "b", "two")
+	b := startMember(t, c.URL(1), "b", "two", 3)
 	b.waitReady(t)
 	if _, ok := b.stamp("before/b"); !ok {
 		t.Fatal("b is ready without the key a wrote before it started")
@@ -198,8 +199,10 @@ func TestTwoNodes(t *testing.T) {
 	if !errors.As(err, &inv) || inv.Field != "ack" {
 		t.Fatalf("ack ALL: %v, want an InvalidError on ack", err)
 	}
-	_, err = submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "big", Payload: make([]byte, 70000)})
-	if !errors.As(err, &inv) || inv.Field != "events[0]" || !strings.Contains(err.Error(), "max_payload of 65536 bytes") ||
+	// The node takes a payload of 1 MiB; the server's default max_payload is 1 MiB with
+	// the headers.
+	_, err = submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "big", Payload: make([]byte, 1<<20)})
+	if !errors.As(err, &inv) || inv.Field != "events[0]" || !strings.Contains(err.Error(), "max_payload of 1048576 bytes") ||
 		!strings.Contains(err.Error(), "--max-event-bytes") {
 		t.Fatalf("an event over max_payload: %v", err)
 	}
@@ -231,11 +234,12 @@ func TestTwoNodes(t *testing.T) {
 // events wait in the outbox with the QUEUED ones; once the server comes up the node
 // turns ready and the events reach the stream: a node started then gets them.
 func TestNotReachable(t *testing.T) {
-	port := takePort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	c := startCluster(t, 1)
+	c.Stop(0)
+	url := c.URL(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a := startMemberOpts(t, url, "a", "late", nats.RetryOnFailedConnect(true), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	a := startMemberOpts(t, url, "a", "late", 1, nats.RetryOnFailedConnect(true), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
 	if ok, why := a.node.Readiness(); ok || !strings.Contains(why, "NATS") {
 		t.Fatalf("before the server: ready %t, %q", ok, why)
 	}
@@ -247,7 +251,7 @@ func TestNotReachable(t *testing.T) {
 		t.Fatalf("QUORUM Submit while NATS is unreachable: %v, %v", resp, err)
 	}
 
-	startServerOn(t, port)
+	c.Start(0)
 	a.waitReady(t)
 	if ok, why := a.node.Readiness(); !ok {
 		t.Fatalf("after the server came up: %q", why)
@@ -255,7 +259,7 @@ func TestNotReachable(t *testing.T) {
 	if _, err := a.node.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b := startMember(t, url, "b", "late")
+	b := startMember(t, url, "b", "late", 1)
 	b.waitReady(t)
 	for _, k := range []string{"queued", "quorum"} {
 		if sa, _ := a.stamp(k); func() bool { sb, ok := b.stamp(k); return !ok || sb != sa }() {
