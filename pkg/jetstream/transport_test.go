@@ -12,6 +12,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/event"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/nats-io/nats.go"
@@ -266,4 +267,50 @@ func TestNotReachable(t *testing.T) {
 			t.Fatalf("%s: b does not hold a's write after the server came up", k)
 		}
 	}
+}
+
+// TestLeaderKilled: a node publishes with ack QUORUM while the stream's leader is
+// killed (SIGKILL): the Submits wait out the election, and every one that was
+// acknowledged is in the stream afterwards, as read from another server.
+func TestLeaderKilled(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a := startMemberOpts(t, strings.Join(c.URLs(), ","), "a", "failover", 3, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	a.waitReady(t)
+	acked := map[string]state.Stamp{}
+	put := func(i int) {
+		key := fmt.Sprintf("k/%d", i)
+		resp, err := a.node.Submit(ctx, &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{{TaskId: key, Payload: []byte("v")}},
+			Ack: fanoutv1.AckPolicy_ACK_POLICY_QUORUM, AckTimeout: durationpb.New(30 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetSatisfied() {
+			acked[key], _ = a.stamp(key)
+		}
+	}
+	for i := range 20 {
+		put(i)
+	}
+	leader := c.Leader("KV_failover")
+	c.Kill(leader)
+	for i := 20; i < 60; i++ {
+		put(i)
+	}
+	if len(acked) < 50 {
+		t.Fatalf("%d of 60 QUORUM Submits acknowledged across the failover; want them to wait it out", len(acked))
+	}
+	other := (leader + 1) % 3
+	st, err := openStream(ctx, connect(t, c.URL(other)), testStreamConfig("failover", 3), event.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range acked {
+		cur, err := st.current(ctx, st.prefix+encodeKey(key))
+		if err != nil || cur.stamp != want {
+			t.Fatalf("%s: acknowledged as %+v; the stream holds %+v (%v)", key, want, cur, err)
+		}
+	}
+	t.Logf("%d of 60 acknowledged across the kill of %s; all in the stream", len(acked), c.Name(leader))
 }
