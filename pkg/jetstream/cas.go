@@ -45,8 +45,9 @@ const (
 	// stale: the stream holds a newer (version, origin): the event lost. It is
 	// acknowledged as STALE, as a peer answers on the mesh.
 	stale
-	// gaveUp: every attempt met a conflict (casConfig.maxAttempts). The event is
-	// not in the stream; the caller fails it (the key is hot).
+	// gaveUp: every attempt met a conflict (cas.max). The event is not in the
+	// stream; the caller tries again later (the key is hot, or the reads come from
+	// a replica behind the leader).
 	gaveUp
 )
 

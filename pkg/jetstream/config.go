@@ -19,10 +19,11 @@ type Config struct {
 	// survives one server's loss with a Raft majority, so a publish ack (ONE, QUORUM)
 	// outlives it. An existing stream keeps its own (reported, not changed). 1..5.
 	Replicas int
-	// MaxAttempts bounds the publishes of one event that meet a concurrent write of
-	// its key (a wrong last sequence) before it fails: 8. Each conflict means another
-	// writer's event landed, so only a key written by more than 8 nodes at once in
-	// the same instant gives up, and it fails the event rather than spin.
+	// MaxAttempts bounds the publishes of one event that meet a wrong last sequence
+	// in a row before its publisher backs off and starts again: 8. A conflict means
+	// another writer's event landed, or the read came from a replica behind the
+	// leader (a direct get may be served by any replica); past 8 in a row the key is
+	// hot or the replica cut off, and a pause serves better than a spin.
 	MaxAttempts int
 	// OutboxBytes bounds the events of QUEUED Submits not yet in the stream, in their
 	// bytes: 64 MiB, the mesh's pending budget per peer. Past it a QUEUED Submit's

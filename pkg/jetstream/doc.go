@@ -94,9 +94,11 @@
 //     stream: the CAS loop above, starting from the key's sequence the feed last
 //     applied while the node's table still holds the event (hints.go: one round trip
 //     for an update), else from a direct get of the key. A landed or stored
-//     event is FateSucceeded, a stale one FateStale, one that spent its attempts
-//     FatePermanent; a failing stream or connection is retried with back-off (100 ms
-//     to 5 s) until the event's expiry (FateExpired) or Close (FateStopped).
+//     event is FateSucceeded, a stale one FateStale; a failing stream or connection,
+//     or an event that spent its attempts (a hot key, or reads from a replica cut
+//     off from the leader), is retried with back-off (100 ms to 5 s) until the
+//     event's expiry (FateExpired) or Close (FateStopped): an event the node accepted
+//     is never given up while the transport runs.
 //
 // So the acks mean: QUEUED, the event is in this sidecar's outbox (not kept across a
 // restart yet); ONE and QUORUM alike, the stream's publish ack: the event, or a newer

@@ -22,7 +22,7 @@ func newSeries() *series {
 		retries: prometheus.NewDesc("fanout_jetstream_cas_retries_total",
 			"Publishes that followed a conflict, after a read of the key.", nil, nil),
 		gaveUp: prometheus.NewDesc("fanout_jetstream_cas_gave_up_total",
-			"Events that met a conflict at each of their attempts (Config.MaxAttempts) and failed.", nil, nil),
+			"Puts of an event that met a conflict at each of their attempts (Config.MaxAttempts); the event is retried after a back-off.", nil, nil),
 		lag: prometheus.NewDesc("fanout_jetstream_feed_lag_messages",
 			"Messages of the stream after the last one the feed applied, as the server counted at its delivery.", nil, nil),
 		applied: prometheus.NewDesc("fanout_jetstream_feed_applied_sequence",

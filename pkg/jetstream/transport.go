@@ -235,10 +235,17 @@ func (t *Transport) send(st *stream, task *batcher.Task[wire.Outgoing]) batcher.
 		}
 		start := t.cfg.Now()
 		o, err := st.put(t.ctx, &m, t.hint(st, &m))
+		if err == nil && o.verdict == gaveUp {
+			// A hot key, or reads answered by a replica behind the leader (direct
+			// gets may be served by any replica: one cut off from the others keeps
+			// answering its last state). The event is retried as after a failure:
+			// given up, it would stay on this node alone.
+			err = fmt.Errorf("jetstream: %d publishes of %s met a conflict", t.cfg.MaxAttempts, task.ID)
+		}
 		switch {
 		case err == nil:
 			t.latency.Observe(t.cfg.Now().Sub(start).Seconds())
-			return t.fateOf(task, o)
+			return t.fateOf(o)
 		case errors.Is(err, ErrTooLarge):
 			t.cfg.Logger.Warn("jetstream: an event too large for the server", "task_id", task.ID, "err", err)
 			return batcher.FateTooLarge
@@ -277,18 +284,15 @@ func (t *Transport) hint(st *stream, m *message) *current {
 	return &current{present: true, seq: seq} // the zero stamp: older than m
 }
 
-// fateOf is the fate of a put's outcome.
-func (t *Transport) fateOf(task *batcher.Task[wire.Outgoing], o outcome) batcher.Fate {
+// fateOf is the fate of a put's outcome: landed, stored or stale.
+func (t *Transport) fateOf(o outcome) batcher.Fate {
 	switch o.verdict {
 	case publish, stored:
 		t.published.Add(1)
 		return batcher.FateSucceeded
-	case stale:
-		t.published.Add(1)
-		return batcher.FateStale
 	}
-	t.cfg.Logger.Warn("jetstream: an event gave up after conflicting writes", "task_id", task.ID, "attempts", t.cfg.MaxAttempts)
-	return batcher.FatePermanent
+	t.published.Add(1) // stale: gaveUp is send's to retry
+	return batcher.FateStale
 }
 
 // Ready is closed once the feed applied the stream up to its last sequence at start.
