@@ -79,8 +79,9 @@
 // New(cfg, nc, node) takes the caller's connection (it dials, with credentials and
 // TLS) and returns at once; its start goroutine opens the stream and starts the feed,
 // retrying with back-off (100 ms to 10 s), so a NATS unreachable at start makes a
-// node that is not ready and says why ("NATS unreachable: ..."), then "reading the
-// stream's snapshot: N messages to apply", then ready.
+// node that is not ready and says why ("connecting to NATS", "NATS unreachable:
+// ...", "opening stream KV_x on <server>", or the stream's error), then "reading
+// the stream's snapshot: N messages to apply", then ready.
 //
 //  1. Submit asks Admit first, before the node stores anything: ack ALL is refused
 //     (the stream's ack says nothing of the other nodes' receipt), and so is an event

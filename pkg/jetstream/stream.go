@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -196,7 +197,7 @@ func (s *stream) put(ctx context.Context, m *message, hint *current) (outcome, e
 		}
 		c.conflict()
 		s.conflicts.Add(1)
-		if cur, err = s.current(ctx, subject); err != nil {
+		if cur, err = s.leaderCurrent(ctx, subject); err != nil {
 			return outcome{}, err
 		}
 	}
@@ -210,9 +211,9 @@ func wrongSequence(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// current reads the key's message (a direct get of the subject's last message): its
-// stamp if it is this transport's, the zero stamp if not (foreign: any event
-// replaces it).
+// current reads the key's message with a direct get of the subject's last message,
+// which any replica may answer (cheap, and maybe behind the leader): its stamp if it
+// is this transport's, the zero stamp if not (foreign: any event replaces it).
 func (s *stream) current(ctx context.Context, subject string) (current, error) {
 	s.reads.Add(1)
 	raw, err := s.s.GetLastMsgForSubject(ctx, subject)
@@ -222,13 +223,61 @@ func (s *stream) current(ctx context.Context, subject string) (current, error) {
 	case err != nil:
 		return current{}, fmt.Errorf("jetstream: read %s: %w", subject, err)
 	}
-	m, err := decodeMessage(strings.TrimPrefix(subject, s.prefix), raw.Header, raw.Data)
+	return s.currentOf(subject, raw.Header, raw.Data, raw.Sequence), nil
+}
+
+// leaderCurrent is current as the stream's leader answers it (the API's message
+// get, not a direct get): after a conflict, a read that a replica behind the leader
+// (one cut off from the others keeps answering its last state) cannot answer, so
+// that the next publish expects what the leader holds.
+func (s *stream) leaderCurrent(ctx context.Context, subject string) (current, error) {
+	s.reads.Add(1)
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return current{}, err
+	}
+	reply, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.cfg.stream(), req)
+	if err != nil {
+		return current{}, fmt.Errorf("jetstream: read %s from the leader: %w", subject, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
+			Data     []byte `json:"data"`
+		} `json:"message"`
+	}
+	switch err := json.Unmarshal(reply.Data, &resp); {
+	case err != nil:
+		return current{}, fmt.Errorf("jetstream: read %s from the leader: %w", subject, err)
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return current{}, nil
+	case resp.Error != nil:
+		return current{}, fmt.Errorf("jetstream: read %s from the leader: %w", subject, resp.Error)
+	case resp.Message == nil:
+		return current{}, fmt.Errorf("jetstream: read %s from the leader: an answer without a message", subject)
+	}
+	var h nats.Header
+	if len(resp.Message.Header) > 0 {
+		if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			h = nil // a message this transport did not write: currentOf says so
+		}
+	}
+	return s.currentOf(subject, h, resp.Message.Data, resp.Message.Sequence), nil
+}
+
+// currentOf is the current of the subject's message of sequence seq.
+func (s *stream) currentOf(subject string, h nats.Header, data []byte, seq uint64) current {
+	m, err := decodeMessage(strings.TrimPrefix(subject, s.prefix), h, data)
 	if err != nil {
 		s.cfg.Logger.Warn("jetstream: a key holds a message this transport did not write; an event replaces it",
-			"subject", subject, "seq", raw.Sequence, "err", err)
-		return current{present: true, seq: raw.Sequence}, nil
+			"subject", subject, "seq", seq, "err", err)
+		return current{present: true, seq: seq}
 	}
-	return current{present: true, stamp: m.Stamp, seq: raw.Sequence}, nil
+	return current{present: true, stamp: m.Stamp, seq: seq}
 }
 
 // fits refuses a message the server's max_payload does not take, naming both limits:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,9 @@ func (t *Transport) setReason(r string) { t.reason.Store(&r) }
 // and waits for the feed to be ready.
 func (t *Transport) start() {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+		if t.nc.IsConnected() && !strings.HasPrefix(*t.reason.Load(), "jetstream:") {
+			t.setReason("opening stream " + t.dest + " on " + t.nc.ConnectedUrlRedacted())
+		}
 		err := t.open()
 		if err == nil {
 			break

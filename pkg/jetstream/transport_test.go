@@ -69,9 +69,9 @@ func (m *member) waitReady(t *testing.T) {
 	t.Helper()
 	select {
 	case <-m.node.Ready():
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second): // an R3 stream's creation waits for its Raft group's election
 		_, why := m.node.Readiness()
-		t.Fatalf("%s: not ready within 10s: %s", m.node.ID(), why)
+		t.Fatalf("%s: not ready within 30s: %s", m.node.ID(), why)
 	}
 }
 
