@@ -90,7 +90,8 @@
 //  2. Publish hands the accepted events to the outbox, bounded in bytes
 //     (Config.OutboxBytes): past it an event is dropped as FateOverflow, counted.
 //     The transport has one destination, the stream; a Submit that waits for an ack
-//     is told at once that it cannot be had while the connection is down.
+//     is told at once that it cannot be had if NATS has been unreachable since the
+//     start, and otherwise waits up to its deadline (a lost server, an election).
 //  3. Config.Publishers goroutines take events from the outbox and put each into the
 //     stream: the CAS loop above, starting from the key's sequence the feed last
 //     applied while the node's table still holds the event (hints.go: one round trip

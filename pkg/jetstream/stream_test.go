@@ -146,11 +146,7 @@ func TestConcurrentWriters(t *testing.T) {
 	const writers, rounds = 8, 20
 	streams := make([]*stream, writers)
 	for i := range streams {
-		st, err := openStream(ctx, connect(t, c.URL(i%3)), testStreamConfig("race", 3), event.DefaultLimits())
-		if err != nil {
-			t.Fatal(err)
-		}
-		streams[i] = st
+		streams[i] = openStreamRetry(t, ctx, connect(t, c.URL(i%3)), testStreamConfig("race", 3))
 	}
 	for r := range rounds {
 		key := fmt.Sprintf("round/%d", r)
@@ -193,4 +189,23 @@ func TestConcurrentWriters(t *testing.T) {
 		conflicts += st.conflicts.Load()
 	}
 	t.Logf("%d rounds of %d writers: %d conflicts", rounds, writers, conflicts)
+}
+
+// openStreamRetry opens the stream as the transport's start does on a fresh cluster:
+// an attempt may time out while the R3 stream's Raft group elects its leader, and the
+// next finds the stream.
+func openStreamRetry(t *testing.T, ctx context.Context, nc *nats.Conn, cfg Config) *stream {
+	t.Helper()
+	var err error
+	for range 3 {
+		attempt, cancel := context.WithTimeout(ctx, 15*time.Second)
+		st, e := openStream(attempt, nc, cfg, event.DefaultLimits())
+		cancel()
+		if e == nil {
+			return st
+		}
+		err = e
+	}
+	t.Fatalf("open %s: %v", cfg.stream(), err)
+	return nil
 }

@@ -188,11 +188,15 @@ func headerBound(origin string) int {
 
 // Publish queues events in the outbox; the publishers put them into the stream and
 // report each one's fate at the stream. track, if not nil, learns the one
-// destination and, if NATS is unreachable now, why it cannot acknowledge.
+// destination and, if NATS has been unreachable since the start, why it cannot
+// acknowledge.
 func (t *Transport) Publish(_ context.Context, events []batcher.Task[wire.Outgoing], track func(dests, down []string)) error {
 	if track != nil {
+		// Only a transport that never reached the stream says so at once; once it
+		// has, a lost connection (a killed server, a leader's election) is waited
+		// out up to the Submit's deadline while the publishers retry.
 		var down []string
-		if !t.nc.IsConnected() {
+		if t.st.Load() == nil && !t.nc.IsConnected() {
 			down = []string{"NATS unreachable (" + t.nc.Status().String() + ")"}
 		}
 		track([]string{t.dest}, down)
