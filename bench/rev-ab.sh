@@ -4,15 +4,15 @@
 # into $BUILDS/<commit> (kept: a second A/B against the same baseline reuses it): its
 # sidecar, and the test binary of the package that holds BenchmarkPipeline at that
 # revision (wherever it moved). Then, on a shared machine, interleaved pairs only:
-#   1. bench/ab.sh runs `sidecar bench --spawn 3` of A's and B's builds, RUNS pairs per
-#      workload (its settings apply: RUNS, DURATION, WARMUP, QUIET_WAIT...);
+#   1. bench/ab.sh runs `sidecar bench --spawn 3` of A's and B's builds, RUNS (here 5)
+#      pairs per workload (its settings apply: DURATION, WARMUP...);
 #   2. PIPELINE_RUNS pairs of BenchmarkPipeline, each pair after a quiet machine
 #      (bench/quiet.sh), A first in odd pairs, B first in even ones: events/s, and the
 #      test process's CPU per event (a fixed PIPELINE_EVENTS per run: -benchtime Nx,
 #      so the CPU is that of N events, of the benchmark's one-event probe and of two
 #      node pairs' start and stop), with the CPU others used meanwhile;
-#   3. bench/ratios.py prints B / A pair by pair and its range per workload, over all
-#      pairs and over the clean ones.
+#   3. bench/ratios.py prints B / A pair by pair and its range and geometric mean per
+#      workload, over all pairs and over the clean ones.
 # Every run's JSON line goes to one file, $OUT/NAME-<time>.jsonl.
 #
 #   bench/rev-ab.sh NAME REV_A REV_B
@@ -22,15 +22,15 @@
 #   event per Submit: per-Submit work is where a change to the node's path shows most).
 # PIPELINE_BENCH ('BenchmarkPipeline/proto=stream/workers=8$'), PIPELINE_RUNS ($RUNS),
 #   PIPELINE_EVENTS (500000, ~1.3 s on a quiet machine); PIPELINE_RUNS=0 skips it.
-# BUILDS (/tmp/rev-ab), QUIET_WAIT (here 60 s: the A/B fits in ~15 minutes on a busy
-#   machine; interleaving is what keeps the ratios fair).
+# BUILDS (/tmp/rev-ab), QUIET_WAIT (here 30 s: a pair waits at most that long, so that
+#   the A/B takes ~11 minutes on a busy machine; interleaving keeps its ratios fair).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${QUIET_WAIT:=60}"
+: "${QUIET_WAIT:=30}"
 . bench/quiet.sh
 [ $# -eq 3 ] || { echo "usage: bench/rev-ab.sh NAME REV_A REV_B" >&2; exit 2; }
 name=$1
-RUNS=${RUNS:-3}
+RUNS=${RUNS:-5}
 : "${WORKLOADS:=--rate 0 --batch 1 --window 5000 --pipeline 256;--rate 10000 --batch 1}"
 PIPELINE_BENCH=${PIPELINE_BENCH:-'BenchmarkPipeline/proto=stream/workers=8$'}
 PIPELINE_RUNS=${PIPELINE_RUNS:-$RUNS} PIPELINE_EVENTS=${PIPELINE_EVENTS:-500000}
