@@ -19,7 +19,8 @@
 #
 # WORKLOADS: the sidecar bench workloads (default: saturated with one event per Submit,
 #   flow-controlled end to end so that nothing is dropped, and 10,000 events/s with one
-#   event per Submit: per-Submit work is where a change to the node's path shows most).
+#   event per Submit: per-Submit work is where a change to the node's path shows most);
+#   WORKLOADS="" runs BenchmarkPipeline only.
 # PIPELINE_BENCH ('BenchmarkPipeline/proto=stream/workers=8$'), PIPELINE_RUNS ($RUNS),
 #   PIPELINE_EVENTS (500000, ~1.3 s on a quiet machine); PIPELINE_RUNS=0 skips it.
 # BUILDS (/tmp/rev-ab), QUIET_WAIT (here 30 s: a pair waits at most that long, so that
@@ -31,7 +32,7 @@ cd "$(dirname "$0")/.."
 [ $# -eq 3 ] || { echo "usage: bench/rev-ab.sh NAME REV_A REV_B" >&2; exit 2; }
 name=$1
 RUNS=${RUNS:-5}
-: "${WORKLOADS:=--rate 0 --batch 1 --window 5000 --pipeline 256;--rate 10000 --batch 1}"
+: "${WORKLOADS=--rate 0 --batch 1 --window 5000 --pipeline 256;--rate 10000 --batch 1}"
 PIPELINE_BENCH=${PIPELINE_BENCH:-'BenchmarkPipeline/proto=stream/workers=8$'}
 PIPELINE_RUNS=${PIPELINE_RUNS:-$RUNS} PIPELINE_EVENTS=${PIPELINE_EVENTS:-500000}
 BUILDS=${BUILDS:-/tmp/rev-ab} OUT=${OUT:-bench/results}
@@ -62,7 +63,9 @@ start=$(date +%s)
 a_dir=$(build "$a") b_dir=$(build "$b")
 echo "rev-ab: built in $(($(date +%s) - start)) s" >&2
 
-A_BIN=$a_dir/sidecar B_BIN=$b_dir/sidecar A_REV=$a B_REV=$b bash bench/ab.sh "$name" "A:$a" "" "B:$b" ""
+if [ -n "$WORKLOADS" ]; then
+  A_BIN=$a_dir/sidecar B_BIN=$b_dir/sidecar A_REV=$a B_REV=$b bash bench/ab.sh "$name" "A:$a" "" "B:$b" ""
+fi
 
 # BenchmarkPipeline, interleaved. Others' CPU: the machine's busy CPU during the run
 # minus the test process's own (user + system, by /usr/bin/time).
