@@ -60,6 +60,11 @@ var configFlags = map[string]string{
 	"sidecar.Config.Discovery.PeersDNS":       "--peers-dns",
 	"sidecar.Config.Discovery.DNSServer":      "--dns-server",
 	"sidecar.Config.Discovery.MaxPeers":       "--max-peers",
+	"sidecar.Config.Transport":                "--transport",
+	"sidecar.Config.Mesh.Peers":               "--peers",
+	"sidecar.Config.NATS.URLs":                "--nats-url",
+	"jetstream.Config.Bucket":                 "--nats-bucket",
+	"jetstream.Config.Replicas":               "--nats-replicas",
 }
 
 // fieldsToFlags replaces the field paths a Problem mentions. The longest paths go first,

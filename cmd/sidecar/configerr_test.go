@@ -174,6 +174,15 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--node-id=A", "--peer-tls-cert=" + other.Cert, "--peer-tls-key=" + other.Key, "--peer-tls-ca=" + other.CA},
 			"--peer-tls-cert: certificate " + other.Cert + ` names node someone-else (the first label of its DNS names), not this node's id "A": ` +
 				"peers would refuse its events; issue the certificate for A.<your domain>, or start with --node-id someone-else"},
+		{[]string{"--transport=udp"}, `--transport: "udp": want mesh or jetstream`},
+		{[]string{"--transport=jetstream", "--nats-url=" + unreachableNATS}, "--peers: not used with --transport=jetstream (the stream carries the events): remove it"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--peers-dns=peers.test:7071"},
+			"--peers-dns: not used with --transport=jetstream (the stream carries the events): remove it"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--peer-tls-ca=" + other.CA},
+			"--peer-tls-cert, --peer-tls-key, --peer-tls-ca: not used with --transport=jetstream (the stream carries the events): remove it"},
+		{[]string{"--transport=jetstream", "--peers="}, "--nats-url: empty with --transport=jetstream"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-bucket=a.b"}, `--nats-bucket: "a.b": byte '.' at 1`},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-replicas=0"}, "--nats-replicas: 0, want 1..5"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -217,6 +226,11 @@ func TestServeNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// unreachableNATS is a NATS URL nothing answers: the sidecar dials it without
+// waiting (an unreachable NATS makes a node that is not ready), so a bad flag is
+// refused all the same.
+const unreachableNATS = "nats://127.0.0.1:1"
 
 func TestForFlags(t *testing.T) {
 	buffer := configerr.New("batcher.Config.MaxBuffer", "must be > 0, got %d", 0)
