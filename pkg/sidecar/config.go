@@ -124,6 +124,14 @@ type NATSConfig struct {
 	// URLs are the NATS servers (nats://host:4222); the client connects to one and
 	// learns the cluster's others from it. Required with TransportJetStream.
 	URLs []string
+	// NKeyFile holds the user's NKey seed (an "SU..." line, as `nsc` or `nk -gen user`
+	// writes it): the server checks the client's signature of its nonce. Empty: no
+	// NKey.
+	NKeyFile string
+	// TLS are the files of TLS to NATS: CA alone verifies the servers; Cert and Key
+	// (both or neither) are the client's certificate, for a server that requires one.
+	// Zero: the URL's scheme decides (tls:// verifies against the system's roots).
+	TLS peertls.Files
 }
 
 // Build names the running build.
@@ -173,6 +181,8 @@ func (c *Config) validate() error {
 	}
 	switch c.Transport {
 	case TransportMesh:
+		check(len(c.NATS.URLs) == 0 && c.NATS.NKeyFile == "" && c.NATS.TLS == (peertls.Files{}), "sidecar.Config.NATS",
+			"set with sidecar.Config.Transport=mesh, which does not use NATS: add sidecar.Config.Transport=jetstream, or remove it")
 	case TransportJetStream:
 		errs = append(errs, c.validateJetStream()...)
 	default:
@@ -201,6 +211,10 @@ func (c *Config) validateJetStream() []error {
 	unused(len(c.Mesh.Peers) > 0, "sidecar.Config.Mesh.Peers")
 	unused(c.Discovery.PeersDNS != "", "sidecar.Config.Discovery.PeersDNS")
 	unused(c.PeerTLS != (peertls.Files{}), "sidecar.Config.PeerTLS")
+	if (c.NATS.TLS.Cert == "") != (c.NATS.TLS.Key == "") {
+		errs = append(errs, configerr.New("sidecar.Config.NATS.TLS",
+			"a client certificate needs both sidecar.Config.NATS.TLS.Cert and sidecar.Config.NATS.TLS.Key: give both, or neither"))
+	}
 	if len(c.NATS.URLs) == 0 {
 		errs = append(errs, configerr.New("sidecar.Config.NATS.URLs",
 			"empty with sidecar.Config.Transport=jetstream: give the NATS servers, e.g. nats://nats:4222"))

@@ -50,13 +50,15 @@ With Config.Transport = TransportJetStream the events travel through a KV-format
 stream on NATS instead of peer links, and the steps change:
 
   - step 1 refuses what only the mesh uses (Mesh.Peers, Discovery.PeersDNS, PeerTLS),
-    naming the transport, and an empty NATS.URLs; so step 3 finds no DNS to ask and
+    naming the transport, and an empty NATS.URLs (the mesh refuses NATS settings
+    in turn: they would be ignored); so step 3 finds no DNS to ask and
     step 10 has nothing to refresh;
   - step 4 opens no peer listener (a given PeerListener is closed): there are no
     peers to call in, so no PeerService and no peer port;
-  - after step 6, the NATS connection (NATS.URLs) is opened without waiting for a
-    server, reconnecting forever: an unreachable NATS at start makes a node that is
-    not ready and says why, never a sidecar that fails;
+  - after step 6, the NATS connection (NATS.URLs, with the NKey seed and the TLS
+    files read now, so that a bad file names its field) is opened without
+    waiting for a server, reconnecting forever: an unreachable NATS at start makes
+    a node that is not ready and says why, never a sidecar that fails;
   - step 7 builds jetstream.Transport on that connection (Config.JetStream with the
     node's limits); the node's readiness is the transport's (caught up with the
     stream as of its start), and its status shows the stream as the one "peer" row;
