@@ -17,7 +17,9 @@
 //     ("events[3].task_id: empty"), from what the reader read, and nothing of it is
 //     applied;
 //  3. refuses a version more than a minute ahead of the node's clock, so that no single
-//     write can win a key's last-writer-wins order for good (2^64-1 would);
+//     write can win a key's last-writer-wins order for good (2^64-1 would), then asks
+//     the transport whether it can carry the request (Transport.Admit: the JetStream
+//     transport refuses ack ALL and an event over its server's max_payload);
 //  4. gives every event with version 0 a version from the node's hybrid logical clock
 //     (hlc: wall milliseconds << 16 | counter; monotonic even if the wall clock steps
 //     back), appends that version to the event's bytes as the app sent them

@@ -109,8 +109,8 @@ func (c *submitCall) answer() []byte {
 }
 
 // readSubmit reads the SubmitRequest in b into c and validates it whole, refusing it
-// while draining: the limits (event.Limits.ReadSubmit), then the versions' bound. c's
-// events alias b.
+// while draining: the limits (event.Limits.ReadSubmit), the versions' bound, then
+// what the transport can carry (Transport.Admit). c's events alias b.
 func (n *Node) readSubmit(b []byte, c *submitCall) error {
 	if n.draining.Load() {
 		return ErrDraining
@@ -118,7 +118,10 @@ func (n *Node) readSubmit(b []byte, c *submitCall) error {
 	if err := n.cfg.Limits.ReadSubmit(b, &c.req); err != nil {
 		return err
 	}
-	return n.checkVersions(c.req.Heads)
+	if err := n.checkVersions(c.req.Heads); err != nil {
+		return err
+	}
+	return n.tr.Admit(c.req.Ack, c.req.Events)
 }
 
 // checkVersions refuses a version given by the app more than maxAppAhead ahead of the

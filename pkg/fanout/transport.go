@@ -65,6 +65,14 @@ import (
 type Transport interface {
 	// Destinations is how many destinations a Publish would hand events to now.
 	Destinations() int
+	// Admit refuses a Submit this transport cannot carry, before the node stores any
+	// of it: an ack policy it cannot observe, or an event bigger than it takes
+	// (events are the events' bytes as the app sent them; the node may append a
+	// version of up to 11 bytes). nil admits it; a refusal is an *InvalidError naming
+	// the field. It is on the seam because only the transport knows these bounds (a
+	// broker's max_payload; whether peers' receipt is visible at all), and a refusal
+	// after the table stored the events would leave them on this node alone.
+	Admit(ack fanoutv1.AckPolicy, events [][]byte) error
 	// Publish hands one Submit's accepted events to every destination and returns
 	// once each has them queued, or ctx ends. track, if not nil, is called first (see
 	// the contract).
@@ -110,7 +118,8 @@ func newLoneTransport() *loneTransport {
 	return t
 }
 
-func (*loneTransport) Destinations() int { return 0 }
+func (*loneTransport) Destinations() int                        { return 0 }
+func (*loneTransport) Admit(fanoutv1.AckPolicy, [][]byte) error { return nil }
 func (*loneTransport) Publish(_ context.Context, _ []batcher.Task[wire.Outgoing], track func(dests, down []string)) error {
 	if track != nil {
 		track(nil, nil)

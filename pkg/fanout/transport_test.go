@@ -33,7 +33,8 @@ func newBrokerTransport(n *Node, dests ...string) *brokerTransport {
 	return &brokerTransport{dests: dests, fate: n.AckFates(), ready: make(chan struct{}), tracked: make(chan struct{})}
 }
 
-func (b *brokerTransport) Destinations() int { return len(b.dests) }
+func (b *brokerTransport) Destinations() int                        { return len(b.dests) }
+func (b *brokerTransport) Admit(fanoutv1.AckPolicy, [][]byte) error { return nil }
 
 func (b *brokerTransport) Publish(_ context.Context, events []batcher.Task[wire.Outgoing], track func(dests, down []string)) error {
 	if track != nil {

@@ -119,6 +119,10 @@ func (m *Mesh) startLinks(addrs []string) ([]*link, error) {
 // Destinations is the number of peers in the set now.
 func (m *Mesh) Destinations() int { return len(*m.links.Load()) }
 
+// Admit admits every Submit: the mesh sees each peer's receipt (ALL), and an event
+// within the node's limits fits a peer's message.
+func (m *Mesh) Admit(fanoutv1.AckPolicy, [][]byte) error { return nil }
+
 // downBreakerOpen is why a peer cannot acknowledge an ack-waiting Submit now.
 const downBreakerOpen = "circuit breaker open"
 

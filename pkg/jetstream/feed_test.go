@@ -1,0 +1,122 @@
+package jetstream
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/event"
+	"github.com/fanout/fanout/pkg/state"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// recordingApplier is a node's Apply that hands every entry to the test.
+type recordingApplier struct{ got chan *fanoutv1.SyncEntry }
+
+func (r *recordingApplier) Apply(from string, entries []*fanoutv1.SyncEntry) (int, error) {
+	for _, e := range entries {
+		if e.GetOrigin() != from {
+			panic("the feed applies each entry from its origin")
+		}
+		r.got <- e
+	}
+	return len(entries), nil
+}
+
+// next is the next applied entry's task_id and version, within a named deadline.
+func (r *recordingApplier) next(t *testing.T, what string) (string, uint64) {
+	t.Helper()
+	select {
+	case e := <-r.got:
+		h, _ := wire.ReadEvent(e.GetEvent())
+		return string(h.TaskID), h.Version
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: nothing applied within 10s", what)
+		return "", 0
+	}
+}
+
+// TestFeed: the feed delivers the stream's last message per key (one per key,
+// however often it was written), turns ready once it applied them, then delivers
+// every new write; a message this transport did not write is skipped and counted.
+func TestFeed(t *testing.T) {
+	nc := connect(t, startCluster(t, 1).URL(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := openStream(ctx, nc, testStreamConfig("feed", 1), event.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		key string
+		v   uint64
+	}{{"a", 1}, {"b", 1}, {"a", 2}, {"c/d", 1}, {"b", 3}} {
+		if _, err := st.put(ctx, testMessage(t, w.key, state.Stamp{Version: w.v, Origin: "n"}, 4), &current{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(ctx, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "foreign", "not an event"); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 16)}
+	f, err := startFeed(ctx, st, rec, new(hints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.stop()
+	snapshot := map[string]uint64{}
+	for range 3 {
+		id, v := rec.next(t, "the snapshot")
+		snapshot[id] = v
+	}
+	if want := map[string]uint64{"a": 2, "b": 3, "c/d": 1}; len(snapshot) != 3 || snapshot["a"] != 2 || snapshot["b"] != 3 || snapshot["c/d"] != 1 {
+		t.Fatalf("snapshot %v, want %v", snapshot, want)
+	}
+	select {
+	case <-f.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready within 10s of applying the snapshot")
+	}
+	if f.foreign.Load() != 1 {
+		t.Fatalf("foreign %d, want 1", f.foreign.Load())
+	}
+
+	if _, err := st.put(ctx, testMessage(t, "a", state.Stamp{Version: 9, Origin: "m"}, 4), &current{}); err != nil {
+		t.Fatal(err)
+	}
+	if id, v := rec.next(t, "a new write"); id != "a" || v != 9 {
+		t.Fatalf("after the snapshot: %s@%d, want a@9", id, v)
+	}
+	if f.lag.Load() != 0 {
+		t.Fatalf("lag %d after the last message", f.lag.Load())
+	}
+}
+
+// TestFeedEmptyStream: on an empty stream the feed is ready at once.
+func TestFeedEmptyStream(t *testing.T) {
+	nc := connect(t, startCluster(t, 1).URL(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := openStream(ctx, nc, testStreamConfig("empty", 1), event.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := startFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)}, new(hints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.stop()
+	select {
+	case <-f.ready:
+	default:
+		t.Fatal("an empty stream's feed is not ready at once")
+	}
+}
