@@ -14,7 +14,8 @@
 # Serve flags are given as sidecar bench's --serve-flag=... words, split on spaces.
 #   BIN (/tmp/ab-sidecar, built from HEAD), RUNS (3), DURATION (6s), WARMUP (1s),
 #   WORKLOADS (";"-separated sidecar bench arguments, one workload each:
-#   "--rate 0;--rate 10000"), OUT (bench/results)
+#   "--rate 0;--rate 10000"), OUT (bench/results), RESULTS (the file, instead of the
+#   named one under $OUT: bench/rev-ab.sh appends its own runs to it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/quiet.sh
@@ -27,7 +28,7 @@ declare -A side_bin=(["$2"]=${A_BIN:-$BIN} ["$4"]=${B_BIN:-$BIN})
 RUNS=${RUNS:-3} DURATION=${DURATION:-6s} WARMUP=${WARMUP:-1s} WORKLOADS=${WORKLOADS:---rate 0;--rate 10000}
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-results="$OUT/$name-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+results=${RESULTS:-$OUT/$name-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 if [ -z "${A_BIN:-}" ] || [ -z "${B_BIN:-}" ]; then go build -o "$BIN" ./cmd/sidecar; fi
 head_rev=$(git rev-parse --short HEAD)
 declare -A side_rev=(["$2"]=${A_REV:-$head_rev} ["$4"]=${B_REV:-$head_rev})

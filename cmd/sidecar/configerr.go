@@ -60,6 +60,17 @@ var configFlags = map[string]string{
 	"sidecar.Config.Discovery.PeersDNS":       "--peers-dns",
 	"sidecar.Config.Discovery.DNSServer":      "--dns-server",
 	"sidecar.Config.Discovery.MaxPeers":       "--max-peers",
+	"sidecar.Config.Transport":                "--transport",
+	"sidecar.Config.Mesh.Peers":               "--peers",
+	"sidecar.Config.NATS":                     "--nats-url, --nats-nkey, --nats-tls-ca, --nats-tls-cert, --nats-tls-key",
+	"sidecar.Config.NATS.URLs":                "--nats-url",
+	"sidecar.Config.NATS.NKeyFile":            "--nats-nkey",
+	"sidecar.Config.NATS.TLS":                 "--nats-tls-cert, --nats-tls-key",
+	"sidecar.Config.NATS.TLS.CA":              "--nats-tls-ca",
+	"sidecar.Config.NATS.TLS.Cert":            "--nats-tls-cert",
+	"sidecar.Config.NATS.TLS.Key":             "--nats-tls-key",
+	"jetstream.Config.Bucket":                 "--nats-bucket",
+	"jetstream.Config.Replicas":               "--nats-replicas",
 }
 
 // fieldsToFlags replaces the field paths a Problem mentions. The longest paths go first,

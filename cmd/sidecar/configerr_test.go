@@ -174,6 +174,24 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--node-id=A", "--peer-tls-cert=" + other.Cert, "--peer-tls-key=" + other.Key, "--peer-tls-ca=" + other.CA},
 			"--peer-tls-cert: certificate " + other.Cert + ` names node someone-else (the first label of its DNS names), not this node's id "A": ` +
 				"peers would refuse its events; issue the certificate for A.<your domain>, or start with --node-id someone-else"},
+		{[]string{"--transport=udp"}, `--transport: "udp": want mesh or jetstream`},
+		{[]string{"--nats-url=" + unreachableNATS}, "--nats-url, --nats-nkey, --nats-tls-ca, --nats-tls-cert, --nats-tls-key: set with --transport=mesh, which does not use NATS"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-nkey=" + filepath.Join(dataDir, "no-seed")}, "--nats-nkey: nats: open "},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-tls-ca=" + filepath.Join(dataDir, "no-ca")}, "--nats-tls-ca: open "},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-tls-cert=" + other.Cert},
+			"--nats-tls-cert, --nats-tls-key: a client certificate needs both --nats-tls-cert and --nats-tls-key"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-tls-cert=" + other.Cert, "--nats-tls-key=" + other.CA},
+			"--nats-tls-cert: with key " + other.CA + ": tls: "},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-tls-cert=" + other.Cert, "--nats-tls-key=" + filepath.Join(dataDir, "no-key")},
+			"--nats-tls-key: open "},
+		{[]string{"--transport=jetstream", "--nats-url=" + unreachableNATS}, "--peers: not used with --transport=jetstream (the stream carries the events): remove it"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--peers-dns=peers.test:7071"},
+			"--peers-dns: not used with --transport=jetstream (the stream carries the events): remove it"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--peer-tls-ca=" + other.CA},
+			"--peer-tls-cert, --peer-tls-key, --peer-tls-ca: not used with --transport=jetstream (the stream carries the events): remove it"},
+		{[]string{"--transport=jetstream", "--peers="}, "--nats-url: empty with --transport=jetstream"},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-bucket=a.b"}, `--nats-bucket: "a.b": byte '.' at 1`},
+		{[]string{"--transport=jetstream", "--peers=", "--nats-url=" + unreachableNATS, "--nats-replicas=0"}, "--nats-replicas: 0, want 1..5"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -217,6 +235,11 @@ func TestServeNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// unreachableNATS is a NATS URL nothing answers: the sidecar dials it without
+// waiting (an unreachable NATS makes a node that is not ready), so a bad flag is
+// refused all the same.
+const unreachableNATS = "nats://127.0.0.1:1"
 
 func TestForFlags(t *testing.T) {
 	buffer := configerr.New("batcher.Config.MaxBuffer", "must be > 0, got %d", 0)

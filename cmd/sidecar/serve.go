@@ -81,6 +81,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	addLimitFlags(fs, c, m)
 	addSecurityFlags(fs, &o.cfg, &o.appSocketMode)
 	addDiscoveryFlags(fs, &o.cfg.Discovery)
+	addTransportFlags(fs, &o.cfg)
 }
 
 func newServeCmd() *cobra.Command {

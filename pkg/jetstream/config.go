@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/event"
 )
 
@@ -82,16 +83,16 @@ func (c Config) stream() string { return "KV_" + c.Bucket }
 
 func (c Config) validate(l event.Limits) error {
 	if n := len(c.Bucket); n == 0 || n > maxBucketBytes {
-		return fmt.Errorf("jetstream: Bucket: %d bytes, want 1..%d", n, maxBucketBytes)
+		return configerr.New("jetstream.Config.Bucket", "%d bytes, want 1..%d", n, maxBucketBytes)
 	}
 	for i := 0; i < len(c.Bucket); i++ {
 		if !plain(c.Bucket[i]) {
-			return fmt.Errorf("jetstream: Bucket %q: byte %q at %d; use only [A-Za-z0-9_-]", c.Bucket, c.Bucket[i], i)
+			return configerr.New("jetstream.Config.Bucket", "%q: byte %q at %d; use only [A-Za-z0-9_-]", c.Bucket, c.Bucket[i], i)
 		}
 	}
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("jetstream: Replicas: %d, want 1..5 (JetStream's range)", c.Replicas)
+		return configerr.New("jetstream.Config.Replicas", "%d, want 1..5 (JetStream's range)", c.Replicas)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("jetstream: MaxAttempts: %d, want at least 1", c.MaxAttempts)
 	case c.OutboxBytes < int64(l.EventBytes()):

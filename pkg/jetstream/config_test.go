@@ -18,7 +18,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"empty bucket", "Bucket: 0 bytes", func(c *Config, _ *event.Limits) { c.Bucket = "" }},
 		{"long bucket", "Bucket: 65 bytes", func(c *Config, _ *event.Limits) { c.Bucket = strings.Repeat("b", 65) }},
-		{"dotted bucket", "Bucket \"a.b\": byte '.'", func(c *Config, _ *event.Limits) { c.Bucket = "a.b" }},
+		{"dotted bucket", "Bucket: \"a.b\": byte '.'", func(c *Config, _ *event.Limits) { c.Bucket = "a.b" }},
 		{"replicas", "Replicas: 0", func(c *Config, _ *event.Limits) { c.Replicas = 0 }},
 		{"attempts", "MaxAttempts: 0", func(c *Config, _ *event.Limits) { c.MaxAttempts = 0 }},
 		{"outbox", "OutboxBytes: 10", func(c *Config, _ *event.Limits) { c.OutboxBytes = 10 }},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/jetstream"
 	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
@@ -19,8 +20,18 @@ import (
 // from DefaultConfig.
 type Config struct {
 	// Node configures the node. Start sets Logger, Store, AuthenticatePeers,
-	// NewTransport (the mesh) and OnReplicate.
+	// NewTransport (the mesh or JetStream) and OnReplicate.
 	Node fanout.Config
+	// Transport is the node's transport: TransportMesh (the default: no broker, every
+	// sidecar sends to every peer) or TransportJetStream (a NATS JetStream stream
+	// carries the events: no peers, no peer listener; Mesh, PeerAddr, PeerTLS and
+	// Discovery are then not used, and setting peers is an error).
+	Transport string
+	// NATS is the connection of TransportJetStream.
+	NATS NATSConfig
+	// JetStream configures TransportJetStream (pkg/jetstream). Start sets Limits (the
+	// node's) and Logger.
+	JetStream jetstream.Config
 	// Mesh configures the node's transport (pkg/mesh). Mesh.Peers are the static
 	// peers (DNS discovery adds to them). Start sets Logger, Dial, ReadyCheck, the
 	// node's limits (EventBytes, MaxEventBytes, MaxTaskIDBytes), and with DNS
@@ -102,6 +113,27 @@ type DiscoveryConfig struct {
 	MaxPeers int
 }
 
+// The transports Config.Transport names.
+const (
+	TransportMesh      = "mesh"
+	TransportJetStream = "jetstream"
+)
+
+// NATSConfig is the NATS connection of TransportJetStream.
+type NATSConfig struct {
+	// URLs are the NATS servers (nats://host:4222); the client connects to one and
+	// learns the cluster's others from it. Required with TransportJetStream.
+	URLs []string
+	// NKeyFile holds the user's NKey seed (an "SU..." line, as `nsc` or `nk -gen user`
+	// writes it): the server checks the client's signature of its nonce. Empty: no
+	// NKey.
+	NKeyFile string
+	// TLS are the files of TLS to NATS: CA alone verifies the servers; Cert and Key
+	// (both or neither) are the client's certificate, for a server that requires one.
+	// Zero: the URL's scheme decides (tls:// verifies against the system's roots).
+	TLS peertls.Files
+}
+
 // Build names the running build.
 type Build struct {
 	Version  string // "v1.2.3", or "dev"
@@ -124,6 +156,8 @@ func DefaultConfig() Config {
 	mc.MaxPendingBytes = 0 // from the memory limit, at Start
 	return Config{
 		Node:                fanout.DefaultConfig(),
+		Transport:           TransportMesh,
+		JetStream:           jetstream.DefaultConfig(),
 		Mesh:                mc,
 		AppAddr:             "127.0.0.1:7070",
 		PeerAddr:            "0.0.0.0:7071",
@@ -145,6 +179,15 @@ func (c *Config) validate() error {
 			errs = append(errs, configerr.New(field, format, args...))
 		}
 	}
+	switch c.Transport {
+	case TransportMesh:
+		check(len(c.NATS.URLs) == 0 && c.NATS.NKeyFile == "" && c.NATS.TLS == (peertls.Files{}), "sidecar.Config.NATS",
+			"set with sidecar.Config.Transport=mesh, which does not use NATS: add sidecar.Config.Transport=jetstream, or remove it")
+	case TransportJetStream:
+		errs = append(errs, c.validateJetStream()...)
+	default:
+		check(false, "sidecar.Config.Transport", "%q: want %s or %s", c.Transport, TransportMesh, TransportJetStream)
+	}
 	check(c.AppSocketMode&^os.ModePerm == 0, "sidecar.Config.AppSocketMode", "must be a permission mode (at most 0777), got %#o", c.AppSocketMode)
 	if c.Discovery.PeersDNS == "" {
 		check(c.Discovery.DNSServer == "", "sidecar.Config.Discovery.DNSServer",
@@ -153,4 +196,28 @@ func (c *Config) validate() error {
 		check(c.Discovery.MaxPeers > 0, "sidecar.Config.Discovery.MaxPeers", "must be > 0, got %d", c.Discovery.MaxPeers)
 	}
 	return errors.Join(errs...)
+}
+
+// validateJetStream refuses, with TransportJetStream, what only the mesh uses: the
+// stream carries the events, so peers named would silently receive nothing.
+func (c *Config) validateJetStream() []error {
+	var errs []error
+	unused := func(set bool, field string) {
+		if set {
+			errs = append(errs, configerr.New(field,
+				"not used with sidecar.Config.Transport=jetstream (the stream carries the events): remove it"))
+		}
+	}
+	unused(len(c.Mesh.Peers) > 0, "sidecar.Config.Mesh.Peers")
+	unused(c.Discovery.PeersDNS != "", "sidecar.Config.Discovery.PeersDNS")
+	unused(c.PeerTLS != (peertls.Files{}), "sidecar.Config.PeerTLS")
+	if (c.NATS.TLS.Cert == "") != (c.NATS.TLS.Key == "") {
+		errs = append(errs, configerr.New("sidecar.Config.NATS.TLS",
+			"a client certificate needs both sidecar.Config.NATS.TLS.Cert and sidecar.Config.NATS.TLS.Key: give both, or neither"))
+	}
+	if len(c.NATS.URLs) == 0 {
+		errs = append(errs, configerr.New("sidecar.Config.NATS.URLs",
+			"empty with sidecar.Config.Transport=jetstream: give the NATS servers, e.g. nats://nats:4222"))
+	}
+	return errs
 }

@@ -1,6 +1,7 @@
 /*
 Package sidecar assembles one fanout sidecar from plain values: the node (pkg/fanout)
-and its transport, the mesh (pkg/mesh), its app and peer gRPC servers, the admin and pprof servers, the data dir (pkg/store)
+and its transport, the mesh (pkg/mesh) or a NATS JetStream stream (pkg/jetstream,
+Config.Transport), its app and peer gRPC servers, the admin and pprof servers, the data dir (pkg/store)
 and the node-id policy that goes with it, the peer TLS and app token files, the
 metrics registry, readiness publishing, and DNS discovery's watcher. `sidecar serve`
 is a page of flag parsing around one call:
@@ -42,6 +43,26 @@ The demo and tests start nodes in-process the same way, with Start and Shutdown:
     Readiness and returns when the node closes).
  9. The admin listener (/metrics, /healthz, /readyz, gRPC health) and pprof.
  10. DNS discovery's refresh, applying each good lookup with the mesh's SetPeers.
+
+# On the JetStream transport
+
+With Config.Transport = TransportJetStream the events travel through a KV-format
+stream on NATS instead of peer links, and the steps change:
+
+  - step 1 refuses what only the mesh uses (Mesh.Peers, Discovery.PeersDNS, PeerTLS),
+    naming the transport, and an empty NATS.URLs (the mesh refuses NATS settings
+    in turn: they would be ignored); so step 3 finds no DNS to ask and
+    step 10 has nothing to refresh;
+  - step 4 opens no peer listener (a given PeerListener is closed): there are no
+    peers to call in, so no PeerService and no peer port;
+  - after step 6, the NATS connection (NATS.URLs, with the NKey seed and the TLS
+    files read now, so that a bad file names its field) is opened without
+    waiting for a server, reconnecting forever: an unreachable NATS at start makes
+    a node that is not ready and says why, never a sidecar that fails;
+  - step 7 builds jetstream.Transport on that connection (Config.JetStream with the
+    node's limits); the node's readiness is the transport's (caught up with the
+    stream as of its start), and its status shows the stream as the one "peer" row;
+  - at shutdown the connection closes after the node (step 4 of Shutdown).
 
 A step that fails closes what the steps before it opened, the given listeners
 included, and stops what they started. Where a value is to blame, its error is a

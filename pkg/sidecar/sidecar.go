@@ -18,6 +18,7 @@ import (
 	"github.com/fanout/fanout/pkg/apptoken"
 	"github.com/fanout/fanout/pkg/configerr"
 	"github.com/fanout/fanout/pkg/fanout"
+	"github.com/fanout/fanout/pkg/jetstream"
 	"github.com/fanout/fanout/pkg/mesh"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/fanout/fanout/pkg/store"
@@ -25,6 +26,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -49,11 +51,18 @@ const (
 // servers, the data dir, the peer TLS and app token files, and DNS discovery. Start
 // makes it; Shutdown (or Run) stops it.
 type Sidecar struct {
-	cfg       Config // as started: Node.NodeID may come from the data dir
-	log       *slog.Logger
-	node      *fanout.Node
-	mesh      *mesh.Mesh // the node's transport: its peers, SetPeers from DNS discovery
-	app, peer *grpc.Server
+	cfg  Config // as started: Node.NodeID may come from the data dir
+	log  *slog.Logger
+	node *fanout.Node
+	mesh *mesh.Mesh // the node's transport with TransportMesh: its peers, SetPeers from DNS discovery; else nil
+	// js is the node's transport with TransportJetStream, on the connection nc
+	// (closed after the node); both nil with the mesh.
+	js  *jetstream.Transport
+	nc  *nats.Conn
+	app *grpc.Server
+	// peer serves the PeerService with the mesh; nil with JetStream (no peer
+	// listener: peerLis nil too).
+	peer *grpc.Server
 	// health answers grpc.health.v1 on every listener (app, peer, admin): one
 	// state, however a probe reaches the node.
 	health    *health.Server
@@ -91,13 +100,15 @@ func (s *Sidecar) Run(ctx context.Context) error {
 // Node is the sidecar's node.
 func (s *Sidecar) Node() *fanout.Node { return s.node }
 
-// Mesh is the node's transport: the links to its peers and anti-entropy.
+// Mesh is the node's transport with TransportMesh: the links to its peers and
+// anti-entropy. nil with TransportJetStream.
 func (s *Sidecar) Mesh() *mesh.Mesh { return s.mesh }
 
 // AppAddr is the app listener's address: host:port, or unix:///path.
 func (s *Sidecar) AppAddr() string { return s.appAddr }
 
-// PeerAddr is the peer listener's address (host:port).
+// PeerAddr is the peer listener's address (host:port); empty with
+// TransportJetStream, which opens none.
 func (s *Sidecar) PeerAddr() string { return s.peerAddr }
 
 // panicRecovery turns a panic in a gRPC handler into INTERNAL and an ERROR line, on
@@ -160,6 +171,12 @@ func (s *Sidecar) listeners() (net.Listener, net.Listener, error) {
 			appLis.Close()
 			return nil, nil, configerr.Wrap("sidecar.Config.AppSocketMode", err, "")
 		}
+	}
+	if s.cfg.Transport == TransportJetStream { // no peers: no peer listener
+		if s.cfg.PeerListener != nil {
+			s.cfg.PeerListener.Close()
+		}
+		return appLis, nil, nil
 	}
 	peerLis, err := listenOr(s.cfg.PeerListener, s.cfg.PeerAddr, "sidecar.Config.PeerAddr")
 	if err != nil {
@@ -311,8 +328,13 @@ func (s *Sidecar) shutdown(ctx context.Context) error {
 	rep, err := s.node.Drain(ctx)
 	s.logDrain(rep, err)
 	s.node.Close() // ends Subscribe streams; commits the last changes to the data dir
+	if s.nc != nil {
+		s.nc.Close() // after the node: its transport has stopped using it
+	}
 	stopGracefully(s.app, time.Second)
-	stopGracefully(s.peer, time.Second)
+	if s.peer != nil {
+		stopGracefully(s.peer, time.Second)
+	}
 	if s.admin != nil {
 		s.admin.Close()
 		s.adminGRPC.Stop()

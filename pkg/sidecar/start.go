@@ -106,8 +106,12 @@ func (s *Sidecar) start() error {
 		return err
 	}
 	s.cfg.Node.Logger, s.cfg.Mesh.Logger = s.log, s.log
-	s.cfg.Mesh.Dial = s.dialer(cliMetrics)
-	s.withMesh()
+	if s.cfg.Transport == TransportJetStream {
+		s.withJetStream()
+	} else {
+		s.cfg.Mesh.Dial = s.dialer(cliMetrics)
+		s.withMesh()
+	}
 	node, err := fanout.New(s.cfg.Node)
 	if err != nil {
 		s.release()
@@ -169,7 +173,10 @@ func (s *Sidecar) open(reg *prometheus.Registry) error {
 	if s.appLis, s.peerLis, err = s.listeners(); err != nil {
 		return err
 	}
-	s.appAddr, s.peerAddr = listenerAddr(s.appLis), listenerAddr(s.peerLis)
+	s.appAddr = listenerAddr(s.appLis)
+	if s.peerLis != nil {
+		s.peerAddr = listenerAddr(s.peerLis)
+	}
 	if s.cfg.DataDir != "" {
 		if s.store, err = openStore(s.cfg.DataDir, s.cfg.DataDirMinFreeBytes, &s.cfg.Node, s.cfg.NodeIDGiven, s.log); err != nil {
 			return err
@@ -183,6 +190,11 @@ func (s *Sidecar) open(reg *prometheus.Registry) error {
 	if s.token, err = openAppToken(s.cfg.AppTokenFile, s.log); err != nil {
 		return err
 	}
+	if s.cfg.Transport == TransportJetStream {
+		if s.nc, err = dialNATS(s.cfg.NATS, s.cfg.Node.NodeID, s.log); err != nil {
+			return err
+		}
+	}
 	if s.peerTLS != nil {
 		reg.MustRegister(peerTLSMetrics(s.peerTLS)...)
 		s.cfg.Node.AuthenticatePeers = true     // the peer listener reads each caller's identities (grpcapi)
@@ -194,6 +206,9 @@ func (s *Sidecar) open(reg *prometheus.Registry) error {
 // release closes what open opened, in reverse, when the start fails before the
 // servers own the listeners.
 func (s *Sidecar) release() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
 	if s.token != nil {
 		s.token.Close()
 	}
@@ -277,18 +292,22 @@ func (s *Sidecar) serveGRPC(srvMetrics *grpcmetrics.Metrics) {
 	s.health = health.NewServer()
 	s.app = newGRPCServer(s.log, srvMetrics, appSizes, insecure.NewCredentials(), appAuth, s.health)
 	grpcapi.RegisterFanoutServer(s.app, grpcapi.NewFanoutServer(s.node))
-	s.peer = newGRPCServer(s.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, s.health)
-	grpcapi.RegisterPeerServer(s.peer, grpcapi.NewPeerServer(s.node, s.mesh))
 	reflection.Register(s.app) // for grpcurl on the local app port; peers need none
 	srvMetrics.InitializeMetrics(s.app)
-	srvMetrics.InitializeMetrics(s.peer)
+	if s.peerLis != nil { // the mesh's
+		s.peer = newGRPCServer(s.log, srvMetrics, msgSizes{recv: peerMsg, send: peerMsg}, peerCreds, nil, s.health)
+		grpcapi.RegisterPeerServer(s.peer, grpcapi.NewPeerServer(s.node, s.mesh))
+		srvMetrics.InitializeMetrics(s.peer)
+	}
 
 	// The named service is readiness: NOT_SERVING until the bootstrap sync ends; the
 	// empty name is liveness, SERVING from here on.
 	s.health.SetServingStatus(ReadinessService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(PeerService, healthpb.HealthCheckResponse_SERVING)
 	s.serve(s.app, s.appLis)
-	s.serve(s.peer, s.peerLis)
+	if s.peer != nil {
+		s.serve(s.peer, s.peerLis)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -300,18 +319,29 @@ func (s *Sidecar) serveGRPC(srvMetrics *grpcmetrics.Metrics) {
 
 // logStarted says where the sidecar listens, and warns of what is open to others.
 func (s *Sidecar) logStarted() {
+	if s.js != nil {
+		s.log.Info("sidecar started", "node_id", s.node.ID(), "app_addr", s.appAddr, "admin_addr", s.cfg.AdminAddr,
+			"pprof_addr", s.cfg.PprofAddr, "transport", TransportJetStream, "nats_urls", s.cfg.NATS.URLs, "bucket", s.cfg.JetStream.Bucket)
+		s.warnOpenApp()
+		return
+	}
 	s.log.Info("sidecar started", "node_id", s.node.ID(), "app_addr", s.appAddr, "peer_addr", s.peerAddr,
 		"admin_addr", s.cfg.AdminAddr, "pprof_addr", s.cfg.PprofAddr, "peers", s.cfg.Mesh.Peers)
-	if s.token == nil && exposed(s.appAddr) {
-		s.log.Warn("app listener is reachable from other hosts and takes no token: anyone who can reach it can submit; "+
-			"set --app-token-file, or listen on loopback or a unix socket", "app_addr", s.appAddr)
-	}
+	s.warnOpenApp()
 	if s.peerTLS == nil {
 		s.log.Warn("peer listener is plaintext: peers are not authenticated and traffic is not encrypted; "+
 			"set --peer-tls-cert, --peer-tls-key and --peer-tls-ca for mutual TLS", "peer_addr", s.peerAddr)
 	} else {
 		s.log.Info("peer listener and connections use mutual TLS", "peer_addr", s.peerAddr,
 			"identities", s.peerTLS.Identities(), "cert_not_after", s.peerTLS.NotAfter())
+	}
+}
+
+// warnOpenApp warns of an app listener others can reach without a token.
+func (s *Sidecar) warnOpenApp() {
+	if s.token == nil && exposed(s.appAddr) {
+		s.log.Warn("app listener is reachable from other hosts and takes no token: anyone who can reach it can submit; "+
+			"set --app-token-file, or listen on loopback or a unix socket", "app_addr", s.appAddr)
 	}
 }
 

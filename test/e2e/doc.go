@@ -54,6 +54,12 @@
 // sends gets split batches and drops (too_large) what it refuses alone, never a retry
 // loop.
 //
+// jetstream_test.go runs sidecars on --transport=jetstream against a real 3-server
+// NATS cluster (internal/natstest, its pinned nats-server built on first use, not by
+// TestMain): every node converges under the convergence checker, a node started later
+// turns ready with every key in its Subscribe snapshot, and --peers on that transport
+// exits with an error naming --transport.
+//
 // The tests of the state table are watch_test.go (snapshot, resume,
 // prefixes, large batches), isolation_test.go (a frozen subscriber, a publish-only
 // node), lww_test.go (the highest version wins) and TestFullStateTablePushesBack in

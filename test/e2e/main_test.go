@@ -18,6 +18,9 @@ var sidecarBin string
 // own, that TestMain builds.
 var watcherBin string
 
+// buildDir is TestMain's temporary directory, where the binaries are built.
+var buildDir string
+
 // sidecarRace reports whether the binary was built with -race (E2E_SIDECAR_RACE=1).
 var sidecarRace = os.Getenv("E2E_SIDECAR_RACE") == "1"
 
@@ -32,6 +35,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	buildDir = dir
 	product, err := testbin.ProductDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
