@@ -54,7 +54,10 @@ func opContext(t *testing.T) context.Context {
 
 // createKV creates the KV-format stream of bucket x with the given replicas: one
 // message per subject, direct get, rollup, as `nats kv add` makes it.
-func createKV(t *testing.T, js jetstream.JetStream, replicas int) jetstream.Stream {
+// createKV creates the KV-format stream on c through js and waits until every replica
+// is current: a stream just created may have no leader yet, and a put sent then gets
+// "no response from stream".
+func createKV(t *testing.T, c *Cluster, js jetstream.JetStream, replicas int) jetstream.Stream {
 	t.Helper()
 	st, err := js.CreateStream(opContext(t), jetstream.StreamConfig{
 		Name:              stream,
@@ -70,6 +73,7 @@ func createKV(t *testing.T, js jetstream.JetStream, replicas int) jetstream.Stre
 	if err != nil {
 		t.Fatalf("create %s R%d: %v", stream, replicas, err)
 	}
+	c.WaitCurrent(stream)
 	return st
 }
 
@@ -158,7 +162,7 @@ func TestClusterAnswers(t *testing.T) {
 		}
 	}
 	js := newJS(t, c.Connect(0))
-	createKV(t, js, 3)
+	createKV(t, c, js, 3)
 	want := map[string]string{"a": "1", "b/c": "2"}
 	for k, v := range want {
 		put(t, js, k, v)
@@ -189,7 +193,7 @@ func TestClusterAnswers(t *testing.T) {
 // what last-writer-wins on JetStream builds on.
 func TestCASOneWinner(t *testing.T) {
 	c := start(t, 3)
-	createKV(t, newJS(t, c.Connect(0)), 3)
+	createKV(t, c, newJS(t, c.Connect(0)), 3)
 	r := raceCAS(t, c, casRounds)
 	if r.doubleWins > 0 || r.noWins > 0 || r.otherErrs > 0 {
 		t.Fatalf("in %d rounds: %d had two winners, %d none, %d errors other than a CAS conflict (last: %v)",
@@ -208,7 +212,7 @@ func TestCASOnDebianServer(t *testing.T) {
 		t.Fatalf("%s --version: %v", cfg.Binary, err)
 	}
 	c := Start(t, cfg)
-	createKV(t, newJS(t, c.Connect(0)), 3)
+	createKV(t, c, newJS(t, c.Connect(0)), 3)
 	r := raceCAS(t, c, casRounds)
 	t.Logf("%s (%s), %d rounds of two CAS writers on an R3 stream: %d with two winners, %d with one, %d with none (%d other errors)",
 		cfg.Binary, strings.TrimSpace(string(version)), casRounds, r.doubleWins, casRounds-r.doubleWins-r.noWins, r.noWins, r.otherErrs)
@@ -266,7 +270,7 @@ func raceCAS(t *testing.T, c *Cluster, rounds int) raceResult {
 // catches up.
 func TestKillLeader(t *testing.T) {
 	c := start(t, 3)
-	createKV(t, newJS(t, c.Connect(0)), 3)
+	createKV(t, c, newJS(t, c.Connect(0)), 3)
 	old := c.Leader(stream)
 	other := (old + 1) % 3
 	js := newJS(t, c.Connect(other))
@@ -299,7 +303,7 @@ func TestKillLeader(t *testing.T) {
 // server acknowledges none. After Heal it is routed again and current.
 func TestPartitionLeader(t *testing.T) {
 	c := start(t, 3)
-	createKV(t, newJS(t, c.Connect(0)), 3)
+	createKV(t, c, newJS(t, c.Connect(0)), 3)
 	old := c.Leader(stream)
 	other := (old + 1) % 3
 	js := newJS(t, c.Connect(other))
@@ -343,7 +347,7 @@ func TestPartitionLeader(t *testing.T) {
 func TestOneServer(t *testing.T) {
 	c := start(t, 1)
 	js := newJS(t, c.Connect(0))
-	createKV(t, js, 1)
+	createKV(t, c, js, 1)
 	put(t, js, "a", "1")
 	if l := c.Leader(stream); l != 0 {
 		t.Fatalf("Leader = %d, want 0", l)
