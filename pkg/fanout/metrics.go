@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"github.com/fanout/fanout/internal/promhist"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -123,7 +124,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for i, name := range recvOutcomeNames {
 			counter(d.received, o.outcomes[i].Load(), origin, name)
 		}
-		ch <- constHistogram(d.lag, o.lag, origin)
+		ch <- promhist.Const(d.lag, o.lag, origin)
 	}
 	counter(d.refused, n.refused.unauthenticated.Load(), "unauthenticated")
 	counter(d.refused, n.refused.origin.Load(), "origin")
@@ -132,8 +133,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.versions, n.versionsRefused.peer.Load(), "peer")
 	counter(d.versions, n.versionsRefused.sync.Load(), "anti_entropy")
 	for _, p := range ackPolicies {
-		ch <- constHistogram(d.ackWait, n.ackWait.h[p][0], ackPolicyName(p), "false")
-		ch <- constHistogram(d.ackWait, n.ackWait.h[p][1], ackPolicyName(p), "true")
+		ch <- promhist.Const(d.ackWait, n.ackWait.h[p][0], ackPolicyName(p), "false")
+		ch <- promhist.Const(d.ackWait, n.ackWait.h[p][1], ackPolicyName(p), "true")
 	}
 
 	ready := 0.0

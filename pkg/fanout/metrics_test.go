@@ -8,6 +8,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/promhist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -138,7 +139,7 @@ func BenchmarkObserve(b *testing.B) {
 		})
 	})
 	b.Run("replicate-call", func(b *testing.B) {
-		h := newHistogram(latencyBuckets)
+		h := promhist.New(promhist.LatencyBuckets())
 		for b.Loop() {
 			start := time.Now()
 			h.Observe(time.Since(start).Seconds())

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/internal/promhist"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // What the node observes for /metrics beyond the batchers' counters: latencies
@@ -18,35 +18,13 @@ import (
 // turns them into series at scrape time, with the labels current then (a peer's
 // node id, learned from its first answer), and a removed link's series go with it.
 
-// latencyBuckets (seconds) span a loopback round trip (~100 µs) to the 5 s
-// --replicate-timeout and the 5 s default ack_timeout.
-var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-
 // LatencyBuckets returns the histogram buckets (seconds) of the node's latencies, for
 // other latency histograms of the same process (gRPC's handling time).
-func LatencyBuckets() []float64 { return append([]float64(nil), latencyBuckets...) }
+func LatencyBuckets() []float64 { return promhist.LatencyBuckets() }
 
 // lagBuckets (seconds) go on to minutes: a peer back from a pause receives what
 // waited for it, and its lag shows how long that was.
-var lagBuckets = append(append([]float64(nil), latencyBuckets...), 30, 60, 300)
-
-func newHistogram(buckets []float64) prometheus.Histogram {
-	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "unregistered", Buckets: buckets})
-}
-
-// constHistogram exports h's current counts under desc with the given label values.
-func constHistogram(desc *prometheus.Desc, h prometheus.Histogram, labels ...string) prometheus.Metric {
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		return prometheus.NewInvalidMetric(desc, err)
-	}
-	hist := m.GetHistogram()
-	buckets := make(map[float64]uint64, len(hist.GetBucket()))
-	for _, b := range hist.GetBucket() {
-		buckets[b.GetUpperBound()] = b.GetCumulativeCount()
-	}
-	return prometheus.MustNewConstHistogram(desc, hist.GetSampleCount(), hist.GetSampleSum(), buckets, labels...)
-}
+var lagBuckets = append(promhist.LatencyBuckets(), 30, 60, 300)
 
 // Received outcomes, one per ItemStatus a Replicate answers, named as in the API.
 const (
@@ -141,7 +119,7 @@ type receivedStats struct{ boundedSeries[originRecv] }
 
 // of returns origin's counters, adding them if there is room.
 func (r *receivedStats) of(origin string) *originRecv {
-	return r.boundedSeries.of(origin, func() *originRecv { return &originRecv{lag: newHistogram(lagBuckets)} })
+	return r.boundedSeries.of(origin, func() *originRecv { return &originRecv{lag: promhist.New(lagBuckets)} })
 }
 
 // add adds a request's counts by outcome.
@@ -211,7 +189,7 @@ type ackWaits struct {
 func newAckWaits() *ackWaits {
 	w := &ackWaits{}
 	for _, p := range ackPolicies {
-		w.h[p][0], w.h[p][1] = newHistogram(latencyBuckets), newHistogram(latencyBuckets)
+		w.h[p][0], w.h[p][1] = promhist.New(promhist.LatencyBuckets()), promhist.New(promhist.LatencyBuckets())
 	}
 	return w
 }

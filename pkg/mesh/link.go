@@ -11,6 +11,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/frame"
+	"github.com/fanout/fanout/internal/promhist"
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/fanout/fanout/pkg/breaker"
@@ -118,7 +119,7 @@ func (m *Mesh) newLink(addr string) (*link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}
-	l := &link{addr: addr, m: m, conn: conn, rtt: newHistogram(latencyBuckets)}
+	l := &link{addr: addr, m: m, conn: conn, rtt: promhist.New(promhist.LatencyBuckets())}
 	if l.br, err = m.newBreaker(addr); err != nil {
 		conn.Close()
 		return nil, err

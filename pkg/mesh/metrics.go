@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"github.com/fanout/fanout/internal/promhist"
 	"github.com/fanout/fanout/pkg/batcher"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -107,7 +108,7 @@ func (m *Mesh) Collect(ch chan<- prometheus.Metric) {
 		gauge(d.pendingBytes, float64(st.PendingBytes), addr, id)
 		gauge(d.idle, float64(st.IdleWorkers), addr, id)
 		gauge(d.breaker, 1, addr, id, l.br.State().String())
-		ch <- constHistogram(d.rtt, l.rtt, addr, id)
+		ch <- promhist.Const(d.rtt, l.rtt, addr, id)
 		m.collectSync(ch, l, id)
 	}
 
