@@ -55,7 +55,7 @@ type gatedPeer struct {
 }
 
 func (g *gatedPeer) handle(ctx context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-	g.calls.add()
+	g.calls.Add()
 	select {
 	case <-g.open:
 	case <-ctx.Done():
@@ -192,7 +192,7 @@ func TestAckDroppedOnOverflow(t *testing.T) {
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("busy", "")}}); err != nil {
 		t.Fatal(err)
 	}
-	g.calls.await(t, "the worker to be busy", 1)
+	g.calls.Await(t, "the worker to be busy", 1)
 	resp := submitAck(t, tn, fanoutv1.AckPolicy_ACK_POLICY_ALL, time.Minute, ev("y", ""), ev("z", ""))
 	wantAcks(t, resp, false, map[string]fanoutv1.PeerAckState{"p1": dropped})
 	if !strings.Contains(resp.PeerAcks[0].Detail, "overflow") {
@@ -210,14 +210,14 @@ func TestAckByReplacement(t *testing.T) {
 		c.Mesh.Batcher.Workers = 1
 		c.onFate = func(_ string, t *batcher.Task[wire.Outgoing], f batcher.Fate) {
 			if t.ID == "k" && f == batcher.FateOverridden {
-				overridden.add()
+				overridden.Add()
 			}
 		}
 	})
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("hold", "")}}); err != nil {
 		t.Fatal(err)
 	}
-	g.calls.await(t, "the worker to be busy", 1)
+	g.calls.Await(t, "the worker to be busy", 1)
 	got := make(chan *fanoutv1.SubmitResponse, 1)
 	go func() {
 		resp, _ := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, Events: []*fanoutv1.Event{ev("k", "old")}})
@@ -228,7 +228,7 @@ func TestAckByReplacement(t *testing.T) {
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "new")}}); err != nil {
 		t.Fatal(err)
 	}
-	overridden.await(t, "the new version to replace it (the old one's fate Overridden)", 1)
+	overridden.Await(t, "the new version to replace it (the old one's fate Overridden)", 1)
 	close(g.open)
 	select {
 	case resp := <-got:
@@ -249,7 +249,7 @@ func TestAckCancelledCallRemovesOperation(t *testing.T) {
 	}()
 	// The operation is watched before its event is handed to p1's batcher, whose
 	// worker then calls p1.
-	waitOn(t, "the operation to be watched", conns.of("p1").calls.changed, func() bool { return tn.node.purg.Watched() > 0 })
+	waitOn(t, "the operation to be watched", conns.of("p1").calls.Changed, func() bool { return tn.node.purg.Watched() > 0 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) { // the edge's CANCELED
 		t.Fatalf("cancelled Submit: %v, want CANCELED", err)

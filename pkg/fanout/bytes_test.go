@@ -27,7 +27,7 @@ type limitedPeer struct {
 }
 
 func (p *limitedPeer) handle(_ context.Context, req *fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error) {
-	defer p.calls.add()
+	defer p.calls.Add()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sizes = append(p.sizes, len(req.Events))
@@ -70,7 +70,7 @@ func TestPeerRefusesTooLarge(t *testing.T) {
 		!strings.Contains(resp.PeerAcks[0].Detail, "too large") {
 		t.Fatalf("ack of a request with an event too large for the peer: %v", resp)
 	}
-	waitOn(t, "every small event at the peer", p.calls.changed, func() bool {
+	waitOn(t, "every small event at the peer", p.calls.Changed, func() bool {
 		for _, ev := range events[1:] {
 			if !p.received(ev.TaskId) {
 				return false
@@ -97,7 +97,7 @@ func TestPeerRefusesTooLarge(t *testing.T) {
 	if calls > 20 {
 		t.Errorf("%d calls for 41 events: splitting should take a few", calls)
 	}
-	waitOn(t, "the WARN line naming the dropped event", logs.writes.changed, func() bool {
+	waitOn(t, "the WARN line naming the dropped event", logs.writes.Changed, func() bool {
 		return strings.Contains(logs.String(), `"task_ids":["huge"]`)
 	})
 }

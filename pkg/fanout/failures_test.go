@@ -30,7 +30,7 @@ func (p *scriptedPeer) handle(_ context.Context, req *fanoutv1.ReplicateRequest)
 	i := p.calls
 	p.calls++
 	p.mu.Unlock()
-	p.called.add()
+	p.called.Add()
 	if i < len(p.script) {
 		return p.script[i](req)
 	}
@@ -125,7 +125,7 @@ func TestFailureClassesAtTheEdge(t *testing.T) {
 			if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k2", "")}}); err != nil {
 				t.Fatal(err)
 			}
-			waitOn(t, "a later event to be sent by the same worker", p.called.changed, func() bool { return p.callCount() > c.want.calls })
+			waitOn(t, "a later event to be sent by the same worker", p.called.Changed, func() bool { return p.callCount() > c.want.calls })
 		})
 	}
 }
@@ -185,7 +185,7 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 			logged := c.OnStateChange
 			c.OnStateChange = func(name string, from, to breaker.State) {
 				logged(name, from, to)
-				changes.add()
+				changes.Add()
 			}
 			return breaker.New(c)
 		}
@@ -199,7 +199,7 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 			return err == nil && st.Peers[0].Breaker == want
 		}
 	}
-	waitOn(t, "breaker open after 5 network failures", changes.changed, breakerIs("open"))
+	waitOn(t, "breaker open after 5 network failures", changes.Changed, breakerIs("open"))
 	// The peer's own count of failed calls moves in step with the breaker (both happen
 	// inside the worker's call); the batcher's transient counter lags them by one
 	// acceptor step and also counts the calls refused while open.
@@ -209,7 +209,7 @@ func TestBreakerTransitionsInStatus(t *testing.T) {
 	}
 	down = false
 	mu.Unlock()
-	waitOn(t, "probe closes the breaker", changes.changed, breakerIs("closed"))
+	waitOn(t, "probe closes the breaker", changes.Changed, breakerIs("closed"))
 	drained(t, tn, "probe closes the breaker and the event arrives", func() bool {
 		return breakerIs("closed")() && peerStatus(tn).Succeeded == 1
 	})
@@ -230,7 +230,7 @@ func TestPeerLastError(t *testing.T) {
 	if _, err := tn.app.Submit(context.Background(), &fanoutv1.SubmitRequest{Events: []*fanoutv1.Event{ev("k", "v")}}); err != nil {
 		t.Fatal(err)
 	}
-	p.called.await(t, "the network failure, then the permanent one", 2)
+	p.called.Await(t, "the network failure, then the permanent one", 2)
 	// Recorded before the batch's result: the event, dropped, empties the batcher.
 	drained(t, tn, "the permanent failure recorded", func() bool { return peerStatus(tn).GetLastError().GetClass() == "permanent" })
 	e := peerStatus(tn).GetLastError()
@@ -253,7 +253,7 @@ type syncWriter struct {
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {
-	defer s.writes.add()
+	defer s.writes.Add()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)

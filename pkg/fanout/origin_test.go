@@ -284,7 +284,7 @@ func TestDeletesMakeRoom(t *testing.T) {
 	}
 	// The running persister deletes them (the node's Close would too); it counts them
 	// after the commit, which its Close waits for.
-	deleted.await(t, "the early-collected tombstones deleted on disk", 2)
+	deleted.Await(t, "the early-collected tombstones deleted on disk", 2)
 	n.Close()
 	if d := n.persist.Stats().Deletes; d != 2 {
 		t.Fatalf("the data dir deleted %d early-collected tombstones, want 2", d)

@@ -26,7 +26,7 @@ type stalledSyncPeer struct {
 var errStalledPeer = errors.New("stalled peer: refused")
 
 func (p stalledSyncPeer) Digest(ctx context.Context, _ *fanoutv1.DigestRequest) (*fanoutv1.DigestResponse, error) {
-	p.digests.add()
+	p.digests.Add()
 	select {
 	case <-p.open:
 		return nil, errStalledPeer
@@ -78,7 +78,7 @@ func TestSnapshotWaitsForBootstrap(t *testing.T) {
 	}
 	// The bootstrap's goroutine says it has begun a moment after New returns (a Submit
 	// over gRPC used to take that long), before it asks the peer for its digest.
-	waitOn(t, "the bootstrap to begin", digests.changed, func() bool { _, reason := tn.node.Readiness(); return reason != "" })
+	waitOn(t, "the bootstrap to begin", digests.Changed, func() bool { _, reason := tn.node.Readiness(); return reason != "" })
 	if ok, reason := tn.node.Readiness(); ok || !strings.Contains(reason, "bootstrap") {
 		t.Fatalf("readiness %t %q, want not ready, bootstrapping", ok, reason)
 	}

@@ -232,7 +232,7 @@ func TestGetStatusAndSelfDetection(t *testing.T) {
 	}
 	// The self link leaves the set, then its connection is closed; b's batcher then
 	// empties once b has answered.
-	conns.of("a").closes.await(t, "the self link dropped", 1)
+	conns.of("a").closes.Await(t, "the self link dropped", 1)
 	drained(t, nodes["a"], "self link dropped and b's node id learned", func() bool {
 		st, err := nodes["a"].app.GetStatus(context.Background(), &fanoutv1.GetStatusRequest{})
 		return err == nil && len(st.Peers) == 1 && st.Peers[0].NodeId == "b" && st.Peers[0].Succeeded == 1
@@ -446,7 +446,7 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 			got = append(got, ev.Version)
 		}
 		mu.Unlock()
-		calls.add()
+		calls.Add()
 		if first {
 			<-release
 		}
@@ -461,7 +461,7 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 	var overridden tally // fates Overridden
 	cfg.onFate = func(_ string, _ *batcher.Task[wire.Outgoing], f batcher.Fate) {
 		if f == batcher.FateOverridden {
-			overridden.add()
+			overridden.Add()
 		}
 	}
 	tn := startTestNode(t, cfg)
@@ -477,12 +477,12 @@ func TestLinkCoalescesToTheHighestVersion(t *testing.T) {
 		}
 	}
 	offer(1)
-	waitOn(t, "k@1 in flight", calls.changed, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	waitOn(t, "k@1 in flight", calls.Changed, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
 	offer(1000)
 	offer(500)
-	overridden.await(t, "k@500 dropped as overridden", 1)
+	overridden.Await(t, "k@500 dropped as overridden", 1)
 	close(release)
-	waitOn(t, "the second batch", calls.changed, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	waitOn(t, "the second batch", calls.Changed, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if got[1] != 1000 {

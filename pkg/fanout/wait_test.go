@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"github.com/fanout/fanout/internal/waiton"
 	"sync"
 	"testing"
 	"time"
@@ -16,34 +17,17 @@ import (
 	"github.com/fanout/fanout/pkg/store"
 )
 
+// The waits of these tests (internal/waiton).
+const waitTimeout = waiton.Timeout
+
+var waitOn = waiton.On
+
+type tally = waiton.Tally
+
 // How these tests wait: on the event that makes a condition true (a table's change,
 // a stream counted, a fake peer's call, a fate, a log line, a batcher drained), each
 // wait bounded by waitTimeout. Only the batchers' published counters have no event
 // (pollStats).
-
-// waitTimeout bounds every wait: generous, for a busy machine (2 cores, -race, other
-// builds).
-const waitTimeout = 10 * time.Second
-
-// waitOn waits until cond holds: it checks cond, then again each time the channel
-// next returned before that check is closed, failing the test after waitTimeout. next
-// must return a channel closed at the next change that can make cond true, asked for
-// before cond is read, so that no change between the two is missed.
-func waitOn(t testing.TB, what string, next func() <-chan struct{}, cond func() bool) {
-	t.Helper()
-	deadline := time.After(waitTimeout)
-	for {
-		ch := next()
-		if cond() {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		}
-	}
-}
 
 // tableChanged is a waitOn next for a condition on tbl.
 func tableChanged(tbl *state.Table) func() <-chan struct{} {
@@ -87,47 +71,6 @@ func drained(t testing.TB, tn *testNode, what string, cond func() bool) {
 	}
 }
 
-// tally counts something the node's goroutines do that a test waits for (a fake
-// peer's calls, fates, commits, log lines) and wakes the waiters at each. The zero
-// value is ready; safe for concurrent use.
-type tally struct {
-	mu sync.Mutex
-	n  int
-	ch chan struct{} // closed and cleared at each add; made by the first waiter after it
-}
-
-func (c *tally) add() {
-	c.mu.Lock()
-	c.n++
-	if c.ch != nil {
-		close(c.ch)
-		c.ch = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *tally) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// changed is a waitOn next: closed at the next add.
-func (c *tally) changed() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ch == nil {
-		c.ch = make(chan struct{})
-	}
-	return c.ch
-}
-
-// await waits until c has counted n.
-func (c *tally) await(t testing.TB, what string, n int) {
-	t.Helper()
-	waitOn(t, what, c.changed, func() bool { return c.count() >= n })
-}
-
 // watchedConn is a peer connection that counts its Replicate calls (as they start) and
 // its Close, for a test to wait on.
 type watchedConn struct {
@@ -136,13 +79,13 @@ type watchedConn struct {
 }
 
 func (c watchedConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
-	c.calls.add()
+	c.calls.Add()
 	return c.Conn.ReplicateFrame(ctx, f, events)
 }
 
 func (c watchedConn) Close() error {
 	err := c.Conn.Close()
-	c.closes.add()
+	c.closes.Add()
 	return err
 }
 
@@ -206,7 +149,7 @@ func (s watchedStore) Commit(puts []store.Record, deletes [][]byte) error {
 		return err
 	}
 	for range deletes {
-		s.deleted.add()
+		s.deleted.Add()
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"github.com/fanout/fanout/internal/waiton"
 	"io"
 	"log/slog"
 	"net"
@@ -21,6 +22,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 )
+
+// The waits of these tests (internal/waiton).
+const waitTimeout = waiton.Timeout
+
+var waitOn = waiton.On
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -165,30 +171,6 @@ func recv(t *testing.T, ch <-chan *fanoutv1.SubscribeResponse) *fanoutv1.Subscri
 		t.Fatalf("no delivery within %s", waitTimeout)
 	}
 	return nil
-}
-
-// waitTimeout bounds every wait: generous, for a busy machine (2 cores, -race, other
-// builds).
-const waitTimeout = 10 * time.Second
-
-// waitOn waits until cond holds: it checks cond, then again each time the channel
-// next returned before that check is closed, failing the test after waitTimeout. next
-// must return a channel closed at the next change that can make cond true (e.g.
-// Node.SubscribersChanged), asked for before cond is read.
-func waitOn(t *testing.T, what string, next func() <-chan struct{}, cond func() bool) {
-	t.Helper()
-	deadline := time.After(waitTimeout)
-	for {
-		ch := next()
-		if cond() {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		}
-	}
 }
 
 func wantInvalid(t *testing.T, err error, field string) {

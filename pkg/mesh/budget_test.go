@@ -27,7 +27,7 @@ func TestPendingBudget(t *testing.T) {
 	}
 	var returned tally // Config.ReturnMemory calls
 	a := fakeMember(t, fake, "a", "a", addrs, func(c *nodeConfig) {
-		c.ReturnMemory = returned.add
+		c.ReturnMemory = returned.Add
 		c.MaxPendingBytes, c.PeerRemovalGrace, c.Node.Limits.MaxEventBytes = limit, 0, 1024
 	})
 	b := fakeMember(t, fake, "b", "b", nil, nil)
@@ -78,11 +78,11 @@ func TestPendingBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The last of them to close, after every other, returns the memory.
-	waitOn(t, "the dead peers' charge to go with them", returned.changed, func() bool {
+	waitOn(t, "the dead peers' charge to go with them", returned.Changed, func() bool {
 		s := a.mesh.PendingBudget()
 		return s.Accounts == 1 && s.Used == 0
 	})
-	waitOn(t, "the memory of the 20 peers that left to be returned, once", returned.changed, func() bool { return returned.count() == 1 })
+	waitOn(t, "the memory of the 20 peers that left to be returned, once", returned.Changed, func() bool { return returned.Count() == 1 })
 	if n := seriesOf(t, a.node, "dead0"); n != 0 {
 		t.Errorf("%d series of a dead peer that left", n)
 	}

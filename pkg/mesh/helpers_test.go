@@ -2,9 +2,9 @@ package mesh
 
 import (
 	"context"
+	"github.com/fanout/fanout/internal/waiton"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
+
+// The waits of these tests (internal/waiton).
+const waitTimeout = waiton.Timeout
+
+var waitOn = waiton.On
+
+type tally = waiton.Tally
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -113,30 +120,6 @@ func ev(id string, payload string) *fanoutv1.Event {
 // by waitTimeout. Only a batcher's published counters, and the end of an anti-entropy
 // round, have no event (poll).
 
-// waitTimeout bounds every wait: generous, for a busy machine (2 cores, -race, other
-// builds).
-const waitTimeout = 10 * time.Second
-
-// waitOn waits until cond holds: it checks cond, then again each time the channel
-// next returned before that check is closed, failing the test after waitTimeout. next
-// must return a channel closed at the next change that can make cond true, asked for
-// before cond is read, so that no change between the two is missed.
-func waitOn(t *testing.T, what string, next func() <-chan struct{}, cond func() bool) {
-	t.Helper()
-	deadline := time.After(waitTimeout)
-	for {
-		ch := next()
-		if cond() {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
-		}
-	}
-}
-
 // pollEvery is how often poll looks again.
 const pollEvery = 10 * time.Millisecond
 
@@ -187,53 +170,12 @@ func linkDrained(t *testing.T, l *link, what string, cond func() bool) {
 	}
 }
 
-// tally counts something the mesh's goroutines do that a test waits for (a
-// connection's calls, a callback, log lines) and wakes the waiters at each. The zero
-// value is ready; safe for concurrent use.
-type tally struct {
-	mu sync.Mutex
-	n  int
-	ch chan struct{} // closed and cleared at each add; made by the first waiter after it
-}
-
-func (c *tally) add() {
-	c.mu.Lock()
-	c.n++
-	if c.ch != nil {
-		close(c.ch)
-		c.ch = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *tally) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// changed is a waitOn next: closed at the next add.
-func (c *tally) changed() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ch == nil {
-		c.ch = make(chan struct{})
-	}
-	return c.ch
-}
-
-// await waits until c has counted n.
-func (c *tally) await(t *testing.T, what string, n int) {
-	t.Helper()
-	waitOn(t, what, c.changed, func() bool { return c.count() >= n })
-}
-
 // logLines is a log destination that counts the lines written to it, for a test that
 // waits on what the mesh does just before it logs.
 type logLines struct{ lines tally }
 
 func (l *logLines) Write(p []byte) (int, error) {
-	l.lines.add()
+	l.lines.Add()
 	return len(p), nil
 }
 
@@ -247,7 +189,7 @@ type callCounted struct {
 }
 
 func (c callCounted) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
-	c.calls.add()
+	c.calls.Add()
 	return c.Conn.ReplicateFrame(ctx, f, events)
 }
 

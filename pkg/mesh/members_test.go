@@ -88,7 +88,7 @@ func TestPeerSetChanges(t *testing.T) {
 	// c's batcher has taken "stuck" (its second event; the first, "new", was acked):
 	// its worker calls c a second time. Its queue gauges cannot tell: they are
 	// published a step late and may still show "new" in flight.
-	callsToC.await(t, "c's batcher to take the event", 2)
+	callsToC.Await(t, "c's batcher to take the event", 2)
 	if err := a.mesh.SetPeers([]string{"b"}); err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +116,8 @@ func TestPeerSetChanges(t *testing.T) {
 	// The link leaves the status as its grace ends, just before it is closed and what
 	// it dropped is counted (startLeaving), then logged: wait for the count, then
 	// check it.
-	waitOn(t, "c's link to close", logs.lines.changed, func() bool { return peerByAddr(a.node.Status(), "c") == nil })
-	waitOn(t, "c's drops to be counted", logs.lines.changed, func() bool { return a.mesh.members.dropped.Load() > 0 })
+	waitOn(t, "c's link to close", logs.lines.Changed, func() bool { return peerByAddr(a.node.Status(), "c") == nil })
+	waitOn(t, "c's drops to be counted", logs.lines.Changed, func() bool { return a.mesh.members.dropped.Load() > 0 })
 	if got := a.mesh.members.dropped.Load(); got != 1 {
 		t.Fatalf("dropped for removed peers = %d, want 1 (stuck)", got)
 	}
@@ -158,7 +158,7 @@ func TestPeerSetChanges(t *testing.T) {
 	}
 	submit("self", fanoutv1.AckPolicy_ACK_POLICY_QUEUED)
 	// Logged once it has left the set, before it is closed.
-	waitOn(t, "the self link to be dropped", logs.lines.changed, func() bool { return peerByAddr(a.node.Status(), "a") == nil })
+	waitOn(t, "the self link to be dropped", logs.lines.Changed, func() bool { return peerByAddr(a.node.Status(), "a") == nil })
 	if err := a.mesh.SetPeers([]string{"b", "c", "a"}); err != nil {
 		t.Fatal(err)
 	}

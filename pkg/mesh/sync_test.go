@@ -87,7 +87,7 @@ func TestAntiEntropyOnFakeConnections(t *testing.T) {
 	}
 	clock.Fire(t, "the anti-entropy interval", fakeclock.AtLeast(interval*3/4))
 	waitKey(t, b, "mine")
-	waitOn(t, "a's third round with b to end", logs.lines.changed, func() bool { return syncOf(a, "b").GetRounds() == 3 })
+	waitOn(t, "a's third round with b to end", logs.lines.Changed, func() bool { return syncOf(a, "b").GetRounds() == 3 })
 
 	if st := syncOf(a, "b"); st.GetRounds() != 3 || st.GetFailed() != 0 || st.GetPulled() != 4 || st.GetPushed() != 1 || st.GetLastSuccess() == nil {
 		t.Errorf("a's rounds with b: %v; want 3, none failed, 4 pulled, 1 pushed", st)
