@@ -71,6 +71,7 @@ var configFlags = map[string]string{
 	"sidecar.Config.NATS.TLS.Key":             "--nats-tls-key",
 	"jetstream.Config.Bucket":                 "--nats-bucket",
 	"jetstream.Config.Replicas":               "--nats-replicas",
+	"jetstream.Config.TombstoneTTL":           "--tombstone-ttl",
 }
 
 // fieldsToFlags replaces the field paths a Problem mentions. The longest paths go first,

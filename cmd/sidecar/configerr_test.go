@@ -32,6 +32,7 @@ var sidecarSets = map[string]string{
 	"batcher.Config.AcceptorQueue":        "the default, not configurable",
 	"state.Config.OwnReservePercent":      "the default (10 %), not configurable",
 	"timingwheel.Config.Tick":             "the node builds its wheel",
+	"jetstream.Config.FeedCheck":          "the default (5s), not configurable",
 	"timingwheel.Config.Slots":            "the node builds its wheel",
 	"timingwheel.Config.Start":            "the node builds its wheel",
 	"purgatory.Config.Wheel":              "the node builds its purgatory",

@@ -137,3 +137,14 @@ func (*loneTransport) Collect(chan<- prometheus.Metric)                   {}
 func (*loneTransport) Close()                                             {}
 
 var _ Transport = (*loneTransport)(nil)
+
+// Durable is the revision up to which the table's changes are on disk (--data-dir):
+// a transport that saves how far it has read (its position) saves only a position
+// whose changes are durable, so that after a crash it never resumes past something
+// the table lost. Without a data dir it is the table's revision (nothing is kept).
+func (n *Node) Durable() uint64 {
+	if n.persist == nil {
+		return n.table.Revision()
+	}
+	return n.persist.Durable()
+}

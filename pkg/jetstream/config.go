@@ -35,6 +35,21 @@ type Config struct {
 	// Raft commit); 16 in flight keep a sidecar near its CPU limit rather than its
 	// round trips'.
 	Publishers int
+	// TombstoneTTL is how long a delete marker stays in the stream: the node's
+	// --tombstone-ttl (a tombstone kept as long on every node), at least 1 s (the
+	// server's shortest message TTL). Default 24h.
+	TombstoneTTL time.Duration
+	// FeedCheck is how often the feed checks that its consumer still delivers while
+	// the stream holds more (feed.watch): 5 s, so that a stalled consumer is replaced
+	// within 10-15 s, at the cost of one request to the stream's leader per idle
+	// check.
+	FeedCheck time.Duration
+	// Checkpoint, if set, keeps the transport's position across restarts (the
+	// sidecar's --data-dir store): the feed resumes from the last sequence it
+	// applied, and the events of this node not yet in the stream are published
+	// again. nil: the feed starts from the stream's snapshot, and the outbox is lost
+	// with the process.
+	Checkpoint Checkpoint
 	// Limits are the node's event limits (fanout.Config.Limits): what an event may
 	// be, to check its subject and its size against the server's. Default
 	// event.DefaultLimits().
@@ -43,19 +58,25 @@ type Config struct {
 	Now func() time.Time
 	// Logger is where the transport logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// noMsgTTL: purge delete markers from the sidecars even where the server has
+	// per-message TTLs (tests of the purger).
+	noMsgTTL bool
 }
 
 // DefaultConfig returns the defaults, each with its reason on the field.
 func DefaultConfig() Config {
 	return Config{
-		Bucket:      "fanout",
-		Replicas:    3,
-		MaxAttempts: 8,
-		OutboxBytes: 64 << 20,
-		Publishers:  16,
-		Limits:      event.DefaultLimits(),
-		Now:         time.Now,
-		Logger:      slog.Default(),
+		Bucket:       "fanout",
+		Replicas:     3,
+		MaxAttempts:  8,
+		OutboxBytes:  64 << 20,
+		Publishers:   16,
+		TombstoneTTL: 24 * time.Hour,
+		FeedCheck:    5 * time.Second,
+		Limits:       event.DefaultLimits(),
+		Now:          time.Now,
+		Logger:       slog.Default(),
 	}
 }
 
@@ -99,6 +120,10 @@ func (c Config) validate(l event.Limits) error {
 		return fmt.Errorf("jetstream: OutboxBytes: %d, want at least one event of the limits (%d bytes)", c.OutboxBytes, l.EventBytes())
 	case c.Publishers < 1:
 		return fmt.Errorf("jetstream: Publishers: %d, want at least 1", c.Publishers)
+	case c.TombstoneTTL < minTombstoneTTL:
+		return configerr.New("jetstream.Config.TombstoneTTL", "%s, want at least %s (the shortest message TTL of a NATS server)", c.TombstoneTTL, minTombstoneTTL)
+	case c.FeedCheck <= 0:
+		return configerr.New("jetstream.Config.FeedCheck", "%s, want > 0 (DefaultConfig has 5s)", c.FeedCheck)
 	case c.Now == nil:
 		return fmt.Errorf("jetstream: Now: nil; use time.Now")
 	case c.Logger == nil:

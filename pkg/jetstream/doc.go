@@ -63,16 +63,46 @@
 //
 // Each node reads the stream with one ordered consumer (feed.go; not kv.Watch, the
 // legacy push consumer): ephemeral, filtered on $KV.<bucket>.>, delivering first the
-// last message per key (the snapshot), then every new message. The client library
+// last message per key (the snapshot), or every message after a saved sequence (a
+// restart on --data-dir, below), then every new message. The client library
 // recreates it from the next sequence after a gap or a reconnect, with back-off (1 s
 // to 10 s); one the client could not delete expires on the server after 30 s idle,
-// so reconnect storms leave no consumers behind. Every message goes through the
-// node's one apply path (fanout.Node.Apply), from its origin: Apply validates the
+// so reconnect storms leave no consumers behind. A consumer can also stop delivering
+// while its heartbeats go on (seen after the partition of its server healed): every
+// Config.FeedCheck (5 s) that nothing arrived, the feed asks the stream's leader for
+// the first message after its position, and if there is one twice in a row it starts
+// a new consumer from the position (counted as a reset). Every message goes through
+// the node's one apply path (fanout.Node.Apply), from its origin: Apply validates the
 // event, resolves last-writer-wins against the state table and skips the echo of the
 // node's own writes. A message this transport did not write (a `nats kv put`) is
 // skipped and counted. The feed is ready once it has applied up to the stream's last
-// sequence as of its start (the server says nothing is pending), at once for an
-// empty stream.
+// sequence as of its start (the server says nothing is pending), at once if there is
+// nothing to apply.
+//
+// # Restarts on a data dir (position.go)
+//
+// With Config.Checkpoint (the sidecar's --data-dir store) the transport saves its
+// position every second: the stream's name and creation time, the last sequence the
+// feed applied (only once the table's changes up to it are on disk, so a crash never
+// resumes past what the table lost), the time after which every later message was
+// stored, and the outbox's mark (a minute before its oldest event). A restarted node
+// loads its table from the data dir, then:
+//
+//   - resumes the feed after the saved sequence, reading only what changed while it
+//     was down, unless the stream was made again since, or a delete marker written
+//     after the saved sequence may have been purged (the saved time is older than
+//     the tombstone TTL): then it reads the snapshot;
+//   - publishes again its own events in the table accepted at or after the outbox's
+//     mark: those that were in the outbox. One that made it before the restart is
+//     found stored (or stale) by its first put.
+//
+// # Delete markers (purge.go)
+//
+// A delete marker leaves the stream after Config.TombstoneTTL (--tombstone-ttl, as
+// the node forgets a tombstone): on a server with per-message TTLs (2.11 on) the
+// stream allows them and each marker carries a Nats-TTL header; on an older one the
+// sidecars purge the markers their feed applied, each its own after the TTL and any
+// once twice as old, removing only the key's messages up to the marker.
 //
 // # The transport, one event's way
 //
@@ -102,8 +132,8 @@
 //     event's expiry (FateExpired) or Close (FateStopped): an event the node accepted
 //     is never given up while the transport runs.
 //
-// So the acks mean: QUEUED, the event is in this sidecar's outbox (not kept across a
-// restart yet); ONE and QUORUM alike, the stream's publish ack: the event, or a newer
+// So the acks mean: QUEUED, the event is in this sidecar's outbox (with --data-dir:
+// on its disk, and published again after a restart); ONE and QUORUM alike, the stream's publish ack: the event, or a newer
 // one of its key, is committed by a majority of the stream's replicas (and on their
 // disks at the server's sync interval).
 //
@@ -116,6 +146,8 @@
 // included), fanout_jetstream_cas_conflicts_total, _cas_retries_total,
 // _cas_gave_up_total, fanout_jetstream_feed_lag_messages,
 // _feed_applied_sequence, _feed_foreign_total, _feed_refused_total,
+// _feed_resets_total, _position_saved_sequence, _republished_total,
+// _markers_purged_total,
 // fanout_jetstream_reconnects_total, fanout_jetstream_outbox_bytes,
 // _outbox_events, _outbox_overflow_total.
 package jetstream

@@ -38,6 +38,15 @@ func (r *recordingApplier) next(t *testing.T, what string) (string, uint64) {
 	}
 }
 
+// testFeed starts a feed of st into a from s, checked every 200 ms for a stall.
+func testFeed(ctx context.Context, st *stream, a applier, s feedStart) (*feed, error) {
+	info, err := st.s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return startFeed(ctx, st, a, "self", new(hints), nil, info, s, 200*time.Millisecond)
+}
+
 // TestFeed: the feed delivers the stream's last message per key (one per key,
 // however often it was written), turns ready once it applied them, then delivers
 // every new write; a message this transport did not write is skipped and counted.
@@ -67,7 +76,7 @@ func TestFeed(t *testing.T) {
 	}
 
 	rec := &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 16)}
-	f, err := startFeed(ctx, st, rec, new(hints))
+	f, err := testFeed(ctx, st, rec, feedStart{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +118,7 @@ func TestFeedEmptyStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := startFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)}, new(hints))
+	f, err := testFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)}, feedStart{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +127,112 @@ func TestFeedEmptyStream(t *testing.T) {
 	case <-f.ready:
 	default:
 		t.Fatal("an empty stream's feed is not ready at once")
+	}
+}
+
+// TestFeedResumes: a feed started from a saved sequence delivers the messages from
+// it on, and none before; one started past the stream's last message is ready at once.
+func TestFeedResumes(t *testing.T) {
+	nc := connect(t, startCluster(t, 1).URL(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := openStream(ctx, nc, testStreamConfig("resume", 1), event.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i, key := range []string{"a", "b", "c", "d"} {
+		o, err := st.put(ctx, testMessage(t, key, state.Stamp{Version: uint64(i + 1), Origin: "n"}, 4), &current{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, o.seq)
+	}
+	rec := &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 16)}
+	f, err := testFeed(ctx, st, rec, feedStart{from: seqs[2], since: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.stop()
+	for _, want := range []string{"c", "d"} {
+		if id, _ := rec.next(t, "resumed"); id != want {
+			t.Fatalf("resumed from %d: got %s, want %s", seqs[2], id, want)
+		}
+	}
+	select {
+	case <-f.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready within 10s of applying the stream's last message")
+	}
+	select {
+	case e := <-rec.got:
+		t.Fatalf("resumed: an extra entry %v", e)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	past, err := testFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)}, feedStart{from: seqs[3] + 1, since: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer past.stop()
+	select {
+	case <-past.ready:
+	default:
+		t.Fatal("a feed resumed past the stream's last message is not ready at once")
+	}
+}
+
+// TestFeedRestartsStalledConsumer: a consumer that stops delivering (paused on the
+// server, as one on a server whose partition healed was seen to) while the stream
+// moves on is replaced from the feed's position within a few checks, and the feed
+// delivers what it missed, once.
+func TestFeedRestartsStalledConsumer(t *testing.T) {
+	nc := connect(t, startCluster(t, 1).URL(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := openStream(ctx, nc, testStreamConfig("stall", 1), event.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.put(ctx, testMessage(t, "a", state.Stamp{Version: 1, Origin: "n"}, 4), &current{}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 16)}
+	f, err := testFeed(ctx, st, rec, feedStart{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.stop()
+	if id, _ := rec.next(t, "the snapshot"); id != "a" {
+		t.Fatalf("snapshot: %s, want a", id)
+	}
+	names := st.s.ConsumerNames(ctx)
+	var paused int
+	for name := range names.Name() {
+		if _, err := st.s.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		paused++
+	}
+	if err := names.Err(); err != nil || paused != 1 {
+		t.Fatalf("paused %d consumers (%v), want the feed's one", paused, err)
+	}
+	for i, key := range []string{"b", "c"} {
+		if _, err := st.put(ctx, testMessage(t, key, state.Stamp{Version: uint64(i + 2), Origin: "n"}, 4), &current{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"b", "c"} {
+		if id, _ := rec.next(t, "after the stall"); id != want {
+			t.Fatalf("after the stall: %s, want %s", id, want)
+		}
+	}
+	if f.resets.Load() == 0 {
+		t.Fatal("the stalled consumer was not replaced (resets 0), yet the messages came")
+	}
+	select {
+	case e := <-rec.got:
+		t.Fatalf("after the restart: an extra entry %v", e)
+	case <-time.After(500 * time.Millisecond):
 	}
 }

@@ -13,6 +13,8 @@ type series struct {
 	lag, applied, foreign, refused      *prometheus.Desc // the feed
 	reconnects                          *prometheus.Desc // the connection
 	outboxBytes, outboxEvents, overflow *prometheus.Desc // the outbox
+	resets, savedSeq, republished       *prometheus.Desc // the feed's restarts, the position
+	purged                              *prometheus.Desc // the sidecars' purge of markers
 }
 
 func newSeries() *series {
@@ -39,6 +41,14 @@ func newSeries() *series {
 			"Events queued for the stream or in flight.", nil, nil),
 		overflow: prometheus.NewDesc("fanout_jetstream_outbox_overflow_total",
 			"Events dropped because the outbox was full (FateOverflow).", nil, nil),
+		resets: prometheus.NewDesc("fanout_jetstream_feed_resets_total",
+			"Consumers the feed replaced because they delivered nothing while the stream held more.", nil, nil),
+		savedSeq: prometheus.NewDesc("fanout_jetstream_position_saved_sequence",
+			"The feed's stream sequence saved last to the data dir (--data-dir): a restart resumes after it.", nil, nil),
+		republished: prometheus.NewDesc("fanout_jetstream_republished_total",
+			"This node's events published again at start: in the data dir's table, maybe not in the stream before the restart.", nil, nil),
+		purged: prometheus.NewDesc("fanout_jetstream_markers_purged_total",
+			"Delete markers this sidecar purged after --tombstone-ttl (a server without per-message TTLs).", nil, nil),
 	}
 }
 
@@ -46,7 +56,7 @@ func newSeries() *series {
 func (t *Transport) Describe(ch chan<- *prometheus.Desc) {
 	s := t.series
 	for _, d := range []*prometheus.Desc{s.conflicts, s.retries, s.gaveUp, s.lag, s.applied, s.foreign, s.refused,
-		s.reconnects, s.outboxBytes, s.outboxEvents, s.overflow} {
+		s.reconnects, s.outboxBytes, s.outboxEvents, s.overflow, s.resets, s.savedSeq, s.republished, s.purged} {
 		ch <- d
 	}
 	t.latency.Describe(ch)
@@ -66,10 +76,14 @@ func (t *Transport) Collect(ch chan<- prometheus.Metric) {
 	counter(s.conflicts, conflicts)
 	counter(s.retries, retries)
 	counter(s.gaveUp, gaveUp)
-	var lag, applied, foreign, refused uint64
+	var lag, applied, foreign, refused, resets uint64
 	if fd := t.fd.Load(); fd != nil {
-		lag, applied, foreign, refused = fd.lag.Load(), fd.applied.Load(), fd.foreign.Load(), fd.refused.Load()
+		lag, applied, foreign, refused, resets = fd.lag.Load(), fd.applied.Load(), fd.foreign.Load(), fd.refused.Load(), fd.resets.Load()
 	}
+	counter(s.resets, resets)
+	gauge(s.savedSeq, float64(t.savedSeq.Load()))
+	counter(s.republished, t.republished.Load())
+	counter(s.purged, t.markers.purged.Load())
 	gauge(s.lag, float64(lag))
 	gauge(s.applied, float64(applied))
 	counter(s.foreign, foreign)

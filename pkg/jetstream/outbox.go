@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/batcher"
@@ -18,8 +19,10 @@ type outbox struct {
 	// bytes is the event bytes of q and of the tasks in flight. Guarded by mu.
 	// Invariant: bytes <= limit.
 	bytes int64
-	// inFlight is the tasks popped and not yet done. Guarded by mu.
+	// inFlight is the tasks popped and not yet done; flying holds them. Guarded
+	// by mu. Invariant: len(flying) == inFlight.
 	inFlight int
+	flying   map[*batcher.Task[wire.Outgoing]]struct{}
 	// closed: drop emptied it for good; push refuses. Guarded by mu.
 	closed bool
 	limit  int64
@@ -30,6 +33,7 @@ type outbox struct {
 
 func (o *outbox) init(limit int64) {
 	o.limit, o.wake, o.idle = limit, make(chan struct{}, 1), make(chan struct{}, 1)
+	o.flying = make(map[*batcher.Task[wire.Outgoing]]struct{})
 }
 
 func signal(c chan struct{}) {
@@ -69,6 +73,7 @@ func (o *outbox) pop(ctx context.Context) (*batcher.Task[wire.Outgoing], bool) {
 			o.q[0] = nil
 			o.q = o.q[1:]
 			o.inFlight++
+			o.flying[t] = struct{}{}
 			more := len(o.q) > 0
 			o.mu.Unlock()
 			if more {
@@ -89,6 +94,7 @@ func (o *outbox) pop(ctx context.Context) (*batcher.Task[wire.Outgoing], bool) {
 func (o *outbox) done(t *batcher.Task[wire.Outgoing]) {
 	o.mu.Lock()
 	o.inFlight--
+	delete(o.flying, t)
 	o.bytes -= int64(len(t.Value.Raw))
 	o.mu.Unlock()
 	signal(o.idle)
@@ -132,4 +138,22 @@ func (o *outbox) stats() (queued int, bytes int64, inFlight int) {
 func (o *outbox) len() int {
 	q, _, f := o.stats()
 	return q + f
+}
+
+// oldest is the earliest Submitted of the tasks queued or in flight, or now if
+// there is none (or all are later).
+func (o *outbox) oldest(now time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, t := range o.q {
+		if t.Submitted.Before(now) {
+			now = t.Submitted
+		}
+	}
+	for t := range o.flying {
+		if t.Submitted.Before(now) {
+			now = t.Submitted
+		}
+	}
+	return now
 }

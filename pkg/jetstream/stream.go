@@ -21,6 +21,10 @@ import (
 // last-writer-wins would not hold.
 var minServer = [3]int{2, 9, 21}
 
+// ttlServer is the first nats-server with per-message TTLs (a Nats-TTL header on a
+// stream that allows them): delete markers expire on the server from it on.
+var ttlServer = [3]int{2, 11, 0}
+
 // ErrTooLarge is the class of an event the NATS server cannot carry (its max_payload).
 var ErrTooLarge = errors.New("jetstream: event too large for the NATS server")
 
@@ -36,6 +40,9 @@ type stream struct {
 	prefix string // "$KV.<bucket>."
 	// created: this transport created the stream (else it found it).
 	created bool
+	// msgTTL: the stream takes per-message TTLs, so a delete marker carries one
+	// (Config.TombstoneTTL); else the sidecars purge markers (purger).
+	msgTTL bool
 
 	// conflicts counts publishes that met a wrong last subject sequence (another
 	// writer of the key landed first); retries the publishes that followed one.
@@ -57,9 +64,11 @@ func openStream(ctx context.Context, nc *nats.Conn, cfg Config, l event.Limits) 
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	st := &stream{cfg: cfg, js: js, nc: nc, limits: l, prefix: cfg.subjectPrefix()}
+	ttls, _ := serverAtLeast(nc.ConnectedServerVersion(), ttlServer)
+	ttls = ttls && !cfg.noMsgTTL
 	st.s, err = js.Stream(ctx, cfg.stream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st.s, err = js.CreateStream(ctx, cfg.streamConfig())
+		st.s, err = js.CreateStream(ctx, cfg.streamConfig(ttls))
 		st.created = err == nil
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another node created it first
 			st.s, err = js.Stream(ctx, cfg.stream())
@@ -72,6 +81,14 @@ func openStream(ctx context.Context, nc *nats.Conn, cfg Config, l event.Limits) 
 	if err := cfg.checkStream(sc); err != nil {
 		return nil, err
 	}
+	st.msgTTL = ttls && sc.AllowMsgTTL
+	if ttls && !sc.AllowMsgTTL {
+		st.msgTTL = st.allowMsgTTL(ctx)
+	}
+	if !st.msgTTL {
+		cfg.Logger.Warn("jetstream: the stream has no per-message TTLs (nats-server 2.11 on has them): "+
+			"the sidecars purge delete markers after --tombstone-ttl themselves", "server", nc.ConnectedServerVersion(), "stream", sc.Name)
+	}
 	if sc.Replicas != cfg.Replicas {
 		cfg.Logger.Warn("jetstream: the stream exists with another replica count; it keeps its own",
 			"stream", sc.Name, "replicas", sc.Replicas, "configured", cfg.Replicas)
@@ -79,10 +96,27 @@ func openStream(ctx context.Context, nc *nats.Conn, cfg Config, l event.Limits) 
 	return st, nil
 }
 
+// allowMsgTTL turns per-message TTLs on for a stream made without them (by an
+// older sidecar or server), and reports whether it could.
+func (s *stream) allowMsgTTL(ctx context.Context) bool {
+	sc := s.s.CachedInfo().Config
+	sc.AllowMsgTTL = true
+	ns, err := s.js.UpdateStream(ctx, sc)
+	if err != nil {
+		s.cfg.Logger.Warn("jetstream: could not allow per-message TTLs on the stream", "stream", sc.Name, "err", err)
+		return false
+	}
+	s.s = ns
+	s.cfg.Logger.Info("jetstream: allowed per-message TTLs on the stream, for delete markers", "stream", sc.Name)
+	return true
+}
+
 // streamConfig is the stream as this transport creates it: the KV format's (as
-// nats.go's CreateKeyValue writes it), history 1.
-func (c Config) streamConfig() jetstream.StreamConfig {
+// nats.go's CreateKeyValue writes it), history 1, with per-message TTLs if the
+// server has them (ttls).
+func (c Config) streamConfig(ttls bool) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
+		AllowMsgTTL:       ttls,
 		Name:              c.stream(),
 		Description:       "fanout: the latest event per task_id",
 		Subjects:          []string{c.subjectPrefix() + ">"},
@@ -125,28 +159,37 @@ func (c Config) checkStream(sc *jetstream.StreamConfig) error {
 
 // checkServer refuses a server version below minServer.
 func checkServer(version string) error {
+	ok, err := serverAtLeast(version, minServer)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("jetstream: NATS server %s: clustered streams check a write's expected sequence only from %d.%d.%d on; "+
+			"upgrade the servers (below it two writers of one key can both win)", version, minServer[0], minServer[1], minServer[2])
+	}
+	return nil
+}
+
+// serverAtLeast reports whether a server's version is want or later.
+func serverAtLeast(version string, want [3]int) (bool, error) {
 	var v [3]int
 	parts := strings.SplitN(strings.SplitN(version, "-", 2)[0], ".", 3)
 	if len(parts) != 3 {
-		return fmt.Errorf("jetstream: NATS server version %q: want major.minor.patch (is the connection up?)", version)
+		return false, fmt.Errorf("jetstream: NATS server version %q: want major.minor.patch (is the connection up?)", version)
 	}
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil {
-			return fmt.Errorf("jetstream: NATS server version %q: want major.minor.patch", version)
+			return false, fmt.Errorf("jetstream: NATS server version %q: want major.minor.patch", version)
 		}
 		v[i] = n
 	}
 	for i := range v {
-		if v[i] != minServer[i] {
-			if v[i] < minServer[i] {
-				return fmt.Errorf("jetstream: NATS server %s: clustered streams check a write's expected sequence only from %d.%d.%d on; "+
-					"upgrade the servers (below it two writers of one key can both win)", version, minServer[0], minServer[1], minServer[2])
-			}
-			break
+		if v[i] != want[i] {
+			return v[i] > want[i], nil
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // outcome is how an event's way into the stream ended.
@@ -164,6 +207,9 @@ func (s *stream) put(ctx context.Context, m *message, hint *current) (outcome, e
 	subject := s.prefix + encodeKey(m.TaskID)
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Raw}
 	msg.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.stream())
+	if m.Deleted && s.msgTTL {
+		msg.Header.Set(jetstream.MsgTTLHeader, s.cfg.TombstoneTTL.String())
+	}
 	err := s.fits(m)
 	if err != nil {
 		return outcome{}, err
@@ -232,41 +278,65 @@ func (s *stream) current(ctx context.Context, subject string) (current, error) {
 // that the next publish expects what the leader holds.
 func (s *stream) leaderCurrent(ctx context.Context, subject string) (current, error) {
 	s.reads.Add(1)
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subject})
-	if err != nil {
-		return current{}, err
-	}
-	reply, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.cfg.stream(), req)
-	if err != nil {
-		return current{}, fmt.Errorf("jetstream: read %s from the leader: %w", subject, err)
-	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Sequence uint64 `json:"seq"`
-			Header   []byte `json:"hdrs"`
-			Data     []byte `json:"data"`
-		} `json:"message"`
-	}
-	switch err := json.Unmarshal(reply.Data, &resp); {
+	m, err := s.leaderGet(ctx, map[string]any{"last_by_subj": subject})
+	switch {
 	case err != nil:
 		return current{}, fmt.Errorf("jetstream: read %s from the leader: %w", subject, err)
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	case m == nil:
 		return current{}, nil
-	case resp.Error != nil:
-		return current{}, fmt.Errorf("jetstream: read %s from the leader: %w", subject, resp.Error)
-	case resp.Message == nil:
-		return current{}, fmt.Errorf("jetstream: read %s from the leader: an answer without a message", subject)
 	}
 	var h nats.Header
-	if len(resp.Message.Header) > 0 {
-		if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+	if len(m.Header) > 0 {
+		if h, err = nats.DecodeHeadersMsg(m.Header); err != nil {
 			h = nil // a message this transport did not write: currentOf says so
 		}
 	}
-	return s.currentOf(subject, h, resp.Message.Data, resp.Message.Sequence), nil
+	return s.currentOf(subject, h, m.Data, m.Sequence), nil
+}
+
+// nextAfter is the sequence of the stream's first message of the bucket after seq,
+// as the stream's leader answers (found false: there is none).
+func (s *stream) nextAfter(ctx context.Context, seq uint64) (uint64, bool, error) {
+	m, err := s.leaderGet(ctx, map[string]any{"seq": seq + 1, "next_by_subj": s.prefix + ">"})
+	if err != nil || m == nil {
+		return 0, false, err
+	}
+	return m.Sequence, true, nil
+}
+
+// leaderMsg is a message as the stream's message get API returns it.
+type leaderMsg struct {
+	Sequence uint64 `json:"seq"`
+	Header   []byte `json:"hdrs"`
+	Data     []byte `json:"data"`
+}
+
+// leaderGet asks the stream's leader for a message (the API's message get, req its
+// request); nil, nil if there is none.
+func (s *stream) leaderGet(ctx context.Context, req map[string]any) (*leaderMsg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.cfg.stream(), body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *leaderMsg          `json:"message"`
+	}
+	switch err := json.Unmarshal(reply.Data, &resp); {
+	case err != nil:
+		return nil, err
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, errors.New("an answer without a message")
+	}
+	return resp.Message, nil
 }
 
 // currentOf is the current of the subject's message of sequence seq.

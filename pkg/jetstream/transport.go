@@ -66,7 +66,17 @@ type Transport struct {
 	lastErr   atomic.Pointer[string]                  // the last publish error, for Peers
 	// publishErrs counts the puts that failed (and were retried), for the log's rate.
 	publishErrs atomic.Uint64
-	series      *series
+	// markers are the delete markers the sidecar purges itself (a stream without
+	// per-message TTLs; unused otherwise).
+	markers markers
+	// pos is the position loaded from Config.Checkpoint (posOK: there was one),
+	// read by start once.
+	pos   position
+	posOK bool
+	// savedSeq is the feed's sequence saved last; saveErrs counts failed saves;
+	// republished the events published again at start (keepPosition, republish).
+	savedSeq, saveErrs, republished atomic.Uint64
+	series                          *series
 }
 
 var _ fanout.Transport = (*Transport)(nil)
@@ -102,6 +112,9 @@ func (t *Transport) setReason(r string) { t.reason.Store(&r) }
 // 10 s) until it succeeds or the transport closes; then it starts the publishers
 // and waits for the feed to be ready.
 func (t *Transport) start() {
+	if t.cfg.Checkpoint != nil {
+		t.pos, t.posOK = t.loadPosition()
+	}
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
 		if t.nc.IsConnected() && !strings.HasPrefix(*t.reason.Load(), "jetstream:") {
 			t.setReason("opening stream " + t.dest + " on " + t.nc.ConnectedUrlRedacted())
@@ -122,10 +135,27 @@ func (t *Transport) start() {
 		case <-time.After(wait):
 		}
 	}
+	st := t.st.Load()
+	if t.cfg.Checkpoint != nil {
+		if n := t.republish(t.pos, t.posOK); n > 0 {
+			t.republished.Add(uint64(n))
+			t.cfg.Logger.Info("jetstream: publishing again this node's events that may not have reached the stream before the restart",
+				"events", n, "accepted_since", t.pos.Unpublished)
+		}
+		info := st.s.CachedInfo()
+		t.wg.Go(func() { t.keepPosition(info) })
+	}
+	if !st.msgTTL {
+		t.wg.Go(func() { t.purger(st) })
+	}
 	for range t.cfg.Publishers {
 		t.wg.Go(t.publisher)
 	}
-	t.setReason("reading the stream's snapshot")
+	if t.fd.Load().resumed {
+		t.setReason("reading the stream from the saved position")
+	} else {
+		t.setReason("reading the stream's snapshot")
+	}
 	select {
 	case <-t.ctx.Done():
 	case <-t.fd.Load().ready:
@@ -141,7 +171,15 @@ func (t *Transport) open() error {
 	if err != nil {
 		return err
 	}
-	fd, err := startFeed(ctx, st, t.node, &t.hints)
+	info, err := st.s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s: info: %w", t.dest, err)
+	}
+	var mk *markers // the feed notes markers only for the sidecars' purge
+	if !st.msgTTL {
+		mk = &t.markers
+	}
+	fd, err := startFeed(ctx, st, t.node, t.node.ID(), &t.hints, mk, info, t.resumeFrom(t.pos, t.posOK, info), t.cfg.FeedCheck)
 	if err != nil {
 		return err
 	}
@@ -176,13 +214,14 @@ func (t *Transport) Admit(ack fanoutv1.AckPolicy, events [][]byte) error {
 }
 
 // headerBound is the most bytes a message's headers take for an origin: every
-// number at its longest, a delete marker's operation, the expected stream and
-// sequence.
+// number at its longest, a delete marker's operation and TTL, the expected stream
+// and sequence.
 func headerBound(origin string) int {
 	m := &message{Stamp: state.Stamp{Version: math.MaxUint64, Origin: origin}, SubmittedAt: math.MinInt64, Deleted: true}
 	h := encodeHeader(m)
 	h.Set(jetstream.ExpectedStreamHeader, "KV_"+string(make([]byte, maxBucketBytes)))
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(math.MaxUint64, 10))
+	h.Set(jetstream.MsgTTLHeader, time.Duration(math.MaxInt64).String())
 	return (&nats.Msg{Header: h}).Size()
 }
 

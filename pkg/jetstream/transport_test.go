@@ -34,6 +34,13 @@ func startMember(t *testing.T, url, id, bucket string, replicas int) *member {
 
 func startMemberOpts(t *testing.T, url, id, bucket string, replicas int, opts ...nats.Option) *member {
 	t.Helper()
+	return startMemberWith(t, url, id, bucket, replicas, nil, opts...)
+}
+
+// startMemberWith is startMember with the configs changed by with (if not nil)
+// before the node starts.
+func startMemberWith(t *testing.T, url, id, bucket string, replicas int, with func(*Config, *fanout.Config), opts ...nats.Option) *member {
+	t.Helper()
 	var out io.Writer = io.Discard
 	if testing.Verbose() {
 		out = os.Stderr
@@ -49,6 +56,9 @@ func startMemberOpts(t *testing.T, url, id, bucket string, replicas int, opts ..
 	nodeCfg := fanout.DefaultConfig()
 	nodeCfg.NodeID, nodeCfg.Logger = id, logger
 	cfg.Limits = nodeCfg.Limits
+	if with != nil {
+		with(&cfg, &nodeCfg)
+	}
 	m := &member{}
 	nodeCfg.NewTransport = func(n *fanout.Node) (fanout.Transport, error) {
 		tr, err := New(cfg, nc, n)

@@ -48,6 +48,10 @@ func dialNATS(c NATSConfig, nodeID string, log *slog.Logger) (*nats.Conn, error)
 func (s *Sidecar) withJetStream() {
 	jc := s.cfg.JetStream
 	jc.Limits, jc.Logger = s.cfg.Node.Limits, s.log.With("component", "jetstream")
+	jc.TombstoneTTL = s.cfg.Node.State.TombstoneTTL // a marker lives as long as a tombstone
+	if s.store != nil {
+		jc.Checkpoint = s.store // the feed's sequence and the outbox's mark, beside the table
+	}
 	s.cfg.Node.NewTransport = func(n *fanout.Node) (fanout.Transport, error) {
 		t, err := jetstream.New(jc, s.nc, n)
 		if err != nil {

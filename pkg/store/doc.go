@@ -35,6 +35,7 @@
 //	"mlayout"          the layout of this dir: one byte, 1
 //	"mnode"            the node id, as given to SetNodeID (absent until then)
 //	"mclock"           the clock's high-water mark: 8 bytes, big-endian
+//	"mtransport"       the transport's position, opaque here (absent until saved)
 //
 // A record's value (value.go) is a format byte (1), a flags byte (bit 0: deleted),
 // the version and the origin's submitted time (8 bytes each, big-endian), the

@@ -33,7 +33,9 @@ const (
 	metaLayout   = prefixMeta + "layout"
 	metaNodeID   = prefixMeta + "node"
 	metaClock    = prefixMeta + "clock"
-	lockName     = "fanout.lock"
+	// metaTransport is the transport's position (SetTransportPosition).
+	metaTransport = prefixMeta + "transport"
+	lockName      = "fanout.lock"
 )
 
 // Record is one key's latest state as kept on disk.
@@ -452,6 +454,44 @@ func (s *Store) SetNodeID(id string) (err error) {
 		return fmt.Errorf("store: saving the node id: %w", err)
 	}
 	s.nodeID = id
+	return nil
+}
+
+// MaxTransportPositionBytes bounds what SetTransportPosition takes: a position is
+// a few numbers and a stream's name, not data.
+const MaxTransportPositionBytes = 4 << 10
+
+// TransportPosition is the value SetTransportPosition saved last, nil if none.
+func (s *Store) TransportPosition() ([]byte, error) {
+	if err := s.use(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	v, _, err := s.get(metaTransport)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return v, nil
+}
+
+// SetTransportPosition saves v, the transport's position in what it reads and
+// writes (the JetStream transport: its stream, the sequence its feed applied, its
+// outbox's mark), opaque to the store, at most MaxTransportPositionBytes. It is
+// not synced on its own: a crash may lose the last few saves, and the transport
+// then starts from an older position, which it must treat as safe (it reads or
+// publishes again what it may already have). The next Commit syncs it.
+func (s *Store) SetTransportPosition(v []byte) (err error) {
+	if len(v) > MaxTransportPositionBytes {
+		return fmt.Errorf("store: transport position: %d bytes, at most %d", len(v), MaxTransportPositionBytes)
+	}
+	if err := s.beginWrite(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	defer s.guard(&err)
+	if err := s.db.Set([]byte(metaTransport), v, pebble.NoSync); err != nil {
+		return fmt.Errorf("store: saving the transport's position: %w", err)
+	}
 	return nil
 }
 

@@ -506,3 +506,28 @@ func TestRaiseClock(t *testing.T) {
 		t.Fatalf("Clock after reopen = %d, want 100", got)
 	}
 }
+
+// TestTransportPosition: a saved position reads back, across a reopen (the next
+// synced write, or a clean Close, makes it durable), the last save wins, and one
+// over the bound is refused and changes nothing.
+func TestTransportPosition(t *testing.T) {
+	s := open(t, t.TempDir())
+	if v, err := s.TransportPosition(); err != nil || v != nil {
+		t.Fatalf("a new store's TransportPosition() = %q, %v; want nil, nil", v, err)
+	}
+	for _, v := range []string{"first", "second"} {
+		if err := s.SetTransportPosition([]byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = reopen(t, s)
+	if v, err := s.TransportPosition(); err != nil || string(v) != "second" {
+		t.Fatalf("after reopen, TransportPosition() = %q, %v; want \"second\"", v, err)
+	}
+	if err := s.SetTransportPosition(make([]byte, MaxTransportPositionBytes+1)); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("SetTransportPosition(over the bound) = %v, want an error saying the bound", err)
+	}
+	if v, _ := s.TransportPosition(); string(v) != "second" {
+		t.Fatalf("after a refused save, TransportPosition() = %q, want \"second\"", v)
+	}
+}
