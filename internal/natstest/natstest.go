@@ -204,16 +204,22 @@ func (c *Cluster) Stop(i int) {
 	c.server(i).stop(c.t, c.cfg.ReadyTimeout)
 }
 
-// Start starts server i again, after Kill or Stop, with the same ports, store and
-// configuration (a restart), and waits until it answers (see the package doc).
-func (c *Cluster) Start(i int) {
+// Start starts servers is again, after Kill or Stop, with the same ports, stores and
+// configuration (a restart), and waits until each answers (see the package doc). It
+// launches them all before it waits: servers that were all down need one another
+// to recover JetStream's meta layer.
+func (c *Cluster) Start(is ...int) {
 	c.t.Helper()
-	s := c.server(i)
-	if s.running() {
-		c.t.Fatalf("natstest: Start(%d): %s is running: Kill or Stop it first", i, s.name)
+	for _, i := range is {
+		s := c.server(i)
+		if s.running() {
+			c.t.Fatalf("natstest: Start(%d): %s is running: Kill or Stop it first", i, s.name)
+		}
+		s.launch(c.t)
 	}
-	s.launch(c.t)
-	c.waitReady(i)
+	for _, i := range is {
+		c.waitReady(i)
+	}
 }
 
 // Partition cuts server i off from every other server: every route from or to it is

@@ -13,8 +13,9 @@ import (
 )
 
 // Checkpoint keeps the transport's position across restarts: *store.Store (the
-// sidecar's --data-dir). A save need not be synced: an older position is always
-// safe (the feed reads again, the outbox publishes again, what it may have done).
+// sidecar's --data-dir), which syncs each save. An older position is always safe
+// (the feed reads again, the outbox publishes again, what it may have done), so a
+// save may be skipped or fail.
 type Checkpoint interface {
 	TransportPosition() ([]byte, error)
 	SetTransportPosition([]byte) error
@@ -48,6 +49,11 @@ const positionVersion = 1
 // saveEvery is how often the position is saved: a restarted node reads again at
 // most this much more than it must (and its outbox mark is this much older).
 const saveEvery = time.Second
+
+// markStep is how far the outbox's mark moves on before it is saved again on its
+// own (a save is an fsync): the older saved mark costs a restart the puts of at
+// most this much more of its own events, found stored.
+const markStep = 30 * time.Second
 
 // markMargin is how much older than the oldest unpublished event the outbox's mark
 // is saved: events accepted while the mark was taken, and host clock steps back of
@@ -189,8 +195,8 @@ func (t *Transport) keepPosition(info *jetstream.StreamInfo) {
 			next = candidate{seq: seq, since: since, rev: t.node.Table().Revision()}
 		}
 		mark := t.outboxMark()
-		if wroteSeq == saved.seq && wroteMark.Equal(mark) {
-			continue
+		if wroteSeq == saved.seq && (mark.Equal(wroteMark) || (mark.After(wroteMark) && mark.Sub(wroteMark) < markStep)) {
+			continue // an older mark is safe: save it again only once it moved a step
 		}
 		b, err := encodePosition(position{Stream: info.Config.Name, Created: info.Created, Seq: saved.seq, Since: saved.since, Unpublished: mark})
 		if err == nil {

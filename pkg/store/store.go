@@ -476,10 +476,10 @@ func (s *Store) TransportPosition() ([]byte, error) {
 
 // SetTransportPosition saves v, the transport's position in what it reads and
 // writes (the JetStream transport: its stream, the sequence its feed applied, its
-// outbox's mark), opaque to the store, at most MaxTransportPositionBytes. It is
-// not synced on its own: a crash may lose the last few saves, and the transport
-// then starts from an older position, which it must treat as safe (it reads or
-// publishes again what it may already have). The next Commit syncs it.
+// outbox's mark), opaque to the store, at most MaxTransportPositionBytes, durably
+// (synced when it returns nil: a node that writes nothing itself would otherwise
+// keep it in pebble's buffer, and lose it to kill -9). The transport saves it about
+// once a second while it changes.
 func (s *Store) SetTransportPosition(v []byte) (err error) {
 	if len(v) > MaxTransportPositionBytes {
 		return fmt.Errorf("store: transport position: %d bytes, at most %d", len(v), MaxTransportPositionBytes)
@@ -489,7 +489,7 @@ func (s *Store) SetTransportPosition(v []byte) (err error) {
 	}
 	defer s.mu.RUnlock()
 	defer s.guard(&err)
-	if err := s.db.Set([]byte(metaTransport), v, pebble.NoSync); err != nil {
+	if err := s.db.Set([]byte(metaTransport), v, pebble.Sync); err != nil {
 		return fmt.Errorf("store: saving the transport's position: %w", err)
 	}
 	return nil

@@ -508,7 +508,7 @@ func TestRaiseClock(t *testing.T) {
 }
 
 // TestTransportPosition: a saved position reads back, across a reopen (the next
-// synced write, or a clean Close, makes it durable), the last save wins, and one
+// save is synced), the last save wins, and one
 // over the bound is refused and changes nothing.
 func TestTransportPosition(t *testing.T) {
 	s := open(t, t.TempDir())
