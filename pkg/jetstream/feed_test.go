@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/fanout/fanout/internal/wire"
 	"github.com/fanout/fanout/pkg/event"
 	"github.com/fanout/fanout/pkg/state"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -235,4 +237,35 @@ func TestFeedRestartsStalledConsumer(t *testing.T) {
 		t.Fatalf("after the restart: an extra entry %v", e)
 	case <-time.After(500 * time.Millisecond):
 	}
+}
+
+// TestReconnectStormLeavesNoConsumers: twenty reconnects of a node's connection in a
+// row leave the stream with the feed's one consumer (the ones the client replaced
+// are deleted, or expire after feedInactive), and the feed still delivers.
+func TestReconnectStormLeavesNoConsumers(t *testing.T) {
+	url := startCluster(t, 1).URL(0)
+	a := startMemberOpts(t, url, "a", "storm", 1, nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	b := startMember(t, url, "b", "storm", 1)
+	a.waitReady(t)
+	b.waitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 20 {
+		if err := a.tr.nc.ForceReconnect(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 10*time.Second, fmt.Sprintf("reconnect %d", i+1), a.tr.nc.IsConnected)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := submit(ctx, b, fanoutv1.AckPolicy_ACK_POLICY_QUORUM, &fanoutv1.Event{TaskId: "after", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	a.waitWithin(t, 20*time.Second, "a write after the storm", func() bool { _, ok := a.stamp("after"); return ok })
+	st := a.tr.st.Load()
+	start := time.Now()
+	waitUntil(t, feedInactive+10*time.Second, "the stream down to the two nodes' consumers", func() bool {
+		info, err := st.s.Info(ctx)
+		return err == nil && info.State.Consumers == 2
+	})
+	t.Logf("consumers back to 2 within %s of the storm's end", time.Since(start).Round(100*time.Millisecond))
 }
