@@ -26,16 +26,22 @@ type getOptions struct {
 func newGetCmd() *cobra.Command {
 	o := getOptions{app: defaultAppOptions(10 * time.Second)}
 	cmd := &cobra.Command{
-		Use:   "get [TASK_ID...]",
-		Short: "Read entries from a sidecar's state table (like `nats kv get`)",
+		Use:   "get [TASK_ID...] | get --prefix PREFIX",
+		Short: "Read entries from a sidecar's state table (like `etcdctl get`, `nats kv get`)",
 		Long: `get reads the latest state the sidecar at --addr holds: the entries of the given
-task_ids, or every entry under --prefix (every entry when neither is given), page by
-page until the end or --max. Deleted keys are not shown.
+task_ids (each argument is an exact key), or every entry under --prefix (every entry
+when neither is given), page by page until the end or --max. Deleted keys are not
+shown.
 
-The table has one row per entry: TASK_ID, VERSION, ORIGIN (the node the event was
-submitted to), REVISION (this node's change counter, see 'watch --from-revision'),
-SUBMITTED and PAYLOAD: as text when it is printable UTF-8, else base64:…, cut to 60
-characters unless --full. --json prints one protojson Entry per line instead, for jq.
+-o table (the default) has one row per entry: TASK_ID, VERSION (the key's version,
+rising per key: an HLC time stamp unless the writer chose one), ORIGIN (the node the
+event was submitted to), REVISION (this node's change counter, see 'watch
+--from-revision'; each node counts its own, so it differs between nodes), SUBMITTED
+and PAYLOAD: as text when it is printable UTF-8, else base64:…, cut to 60 characters
+unless --full. A legend line under the table repeats what VERSION and REVISION are.
+-o json (or --json) prints one protojson Entry per line instead, for jq. -o raw prints
+the payloads alone, byte for byte, each followed by --separator (a newline unless
+set; like 'etcdctl get --print-value-only' and 'nats kv get --raw').
 
 A task_id that is not found is reported on stderr ("not found: ID") and makes the exit
 status 1; the ones found still print.
@@ -44,8 +50,12 @@ status 1; the ones found still print.
 read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 		Example: `  sidecar get 'register#ORDERS/i-17' 'register#ORDERS/i-18'
   sidecar get --prefix 'register#ORDERS/' --max 100
-  sidecar get --prefix 'heartbeat#' --json | jq -r .event.taskId`,
+  sidecar get --prefix 'heartbeat#' -o json | jq -r .event.taskId
+  sidecar get 'blob#1' -o raw --separator '' > blob.bin`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.format.resolve(); err != nil {
+				return err
+			}
 			if err := o.validate(args); err != nil {
 				return err
 			}
@@ -60,7 +70,7 @@ read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 	fs.StringVar(&o.prefix, "prefix", "", "list the entries whose task_id starts with this, oldest change first (instead of TASK_IDs)")
 	fs.IntVar(&o.limit, "limit", 0, fmt.Sprintf("with --prefix: entries per page, up to %d (0: the sidecar's default, 1000)", maxPage))
 	fs.IntVar(&o.max, "max", 0, "with --prefix: stop after this many entries (0: list them all)")
-	o.format.addFlags(fs, "print one protojson Entry per line instead of the table")
+	o.format.addFlags(fs, "table (one row per entry, and a legend), json (one protojson Entry per line) or raw (the payloads alone, each followed by --separator)")
 	envOnly(cmd.Flags(), "addr", "token-file")
 	return cmd
 }
@@ -143,7 +153,7 @@ func (o getOptions) list(ctx context.Context, out, errOut io.Writer) error {
 	if ferr := t.flush(); err == nil {
 		err = ferr
 	}
-	if err == nil && t.rows == 0 && !o.format.json {
+	if err == nil && t.rows == 0 && o.format.mode == outTable {
 		fmt.Fprintf(errOut, "no entries under prefix %q\n", o.prefix)
 	}
 	return err
@@ -162,18 +172,18 @@ func pageLimit(limit, max, got int) uint32 {
 	return uint32(min(n, maxPage))
 }
 
-// entryTable prints get's entries: a table, or with --json one protojson line each.
+// entryTable prints get's entries: a table, protojson lines, or raw payloads.
 type entryTable struct {
 	out  io.Writer
-	tw   *tabwriter.Writer // nil with --json
-	full bool
+	f    entryFormat
+	tw   *tabwriter.Writer // -o table only
 	rows int
 	err  error // the first write error
 }
 
 func (o getOptions) newTable(out io.Writer) *entryTable {
-	t := &entryTable{out: out, full: o.format.full}
-	if !o.format.json {
+	t := &entryTable{out: out, f: o.format}
+	if o.format.mode == outTable {
 		t.tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	}
 	return t
@@ -184,15 +194,21 @@ func (t *entryTable) add(e *fanoutv1.Entry) {
 	if t.err != nil {
 		return
 	}
-	if t.tw == nil {
+	ev := e.GetEvent()
+	switch t.f.mode {
+	case outJSON:
 		t.err = writeJSONLine(t.out, e)
+		return
+	case outRaw:
+		if !ev.GetDeleted() {
+			t.err = writeRaw(t.out, ev.GetPayload(), t.f.sep)
+		}
 		return
 	}
 	if t.rows == 1 {
 		fmt.Fprintln(t.tw, "TASK_ID\tVERSION\tORIGIN\tREVISION\tSUBMITTED\tPAYLOAD")
 	}
-	ev := e.GetEvent()
-	payload := payloadText(ev.GetPayload(), t.full)
+	payload := payloadText(ev.GetPayload(), t.f.full)
 	if ev.GetDeleted() {
 		payload = "(deleted)"
 	}
@@ -203,6 +219,9 @@ func (t *entryTable) add(e *fanoutv1.Entry) {
 func (t *entryTable) flush() error {
 	if t.tw != nil && t.err == nil {
 		t.err = t.tw.Flush()
+		if t.err == nil && t.rows > 0 {
+			_, t.err = fmt.Fprintln(t.out, legend)
+		}
 	}
 	if t.err != nil {
 		return fmt.Errorf("write output: %w", t.err)

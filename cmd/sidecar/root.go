@@ -19,7 +19,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
-		newSubmitCmd(), newGetCmd(), newWatchCmd(), newDocsCmd())
+		newSubmitCmd(), newGetCmd(), newDelCmd(), newWatchCmd(), newHealthCmd(), newDocsCmd())
 	annotateEnv(root)
 	known := knownEnv(root)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {

@@ -24,23 +24,29 @@ type submitOptions struct {
 	deleted     bool
 	ack         string
 	ackTimeout  time.Duration
-	json        bool
+	out         outputFlags
 }
 
 func newSubmitCmd() *cobra.Command {
 	o := submitOptions{app: defaultAppOptions(10 * time.Second)}
 	cmd := &cobra.Command{
-		Use:   "submit TASK_ID [PAYLOAD]",
-		Short: "Submit one event to a sidecar (like `nats pub`)",
-		Long: `submit sends one change event for TASK_ID to the sidecar at --addr, which keeps it
-as the key's latest state and fans it out to every peer. PAYLOAD is taken as text; for
-bytes use --payload-file FILE (- reads stdin). --delete sends a deletion instead.
+		Use:     "put TASK_ID [PAYLOAD]",
+		Aliases: []string{"submit"},
+		Short:   "Write one event to a sidecar (like `etcdctl put`, `nats kv put`; also spelt submit)",
+		Long: `put (or submit, its first name) sends one change event for TASK_ID to the sidecar at
+--addr, which keeps it as the key's latest state and fans it out to every peer.
+PAYLOAD is taken as text; for bytes use --payload-file FILE (- reads stdin). To
+delete a key use 'sidecar del' ('put --delete' is the old spelling, still read).
 
 On success it prints what the node did:
   accepted register#ORDERS/i-17 version 117655171390570496 revision 42
-and with --ack one|quorum|all one line per peer:
+(the version is the key's, rising per key: an HLC time stamp unless --version chose
+it; the revision is this node's change counter, see 'watch --from-revision') and with
+--ack one|quorum|all one line per peer:
   peer 10.0.0.2:7071: ACKED
   peer 10.0.0.3:7071: DROPPED (overflow)
+-o json (or --json) prints the SubmitResponse as one line of protojson instead; -o raw
+the version alone.
 
 The exit status is 1, with the reason on stderr, when the event was not accepted:
 STALE (the node holds this version or a newer one) or REFUSED (its state table is at a
@@ -48,10 +54,10 @@ bound), or when the ack policy was not satisfied.
 
 --addr also reads FANOUT_ADDR, e.g. FANOUT_ADDR=unix:///run/fanout.sock; the other flags
 read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
-		Example: `  sidecar submit 'register#ORDERS/i-17' '{"status":"UP"}'
-  sidecar submit 'register#ORDERS/i-17' --payload-file state.bin --ack quorum
-  echo -n UP | sidecar submit 'heartbeat#i-17' --payload-file - --attr zone=eu-1 --ttl 30s
-  sidecar submit 'register#ORDERS/i-17' --delete --addr unix:///run/fanout.sock`,
+		Example: `  sidecar put 'register#ORDERS/i-17' '{"status":"UP"}'
+  sidecar put 'register#ORDERS/i-17' --payload-file state.bin --ack quorum
+  echo -n UP | sidecar put 'heartbeat#i-17' --payload-file - --attr zone=eu-1 --ttl 30s
+  sidecar submit 'register#ORDERS/i-17' '{"status":"DOWN"}' --addr unix:///run/fanout.sock`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return fmt.Errorf("want TASK_ID [PAYLOAD], got %d arguments (quote a payload with spaces)", len(args))
@@ -59,11 +65,15 @@ read no environment variable (a pod's FANOUT_* variables are meant for serve).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := o.out.mode(outTable, outJSON, outRaw)
+			if err != nil {
+				return err
+			}
 			req, err := o.request(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			return o.run(cmd.Context(), req, cmd.OutOrStdout())
+			return o.run(cmd.Context(), req, mode, cmd.OutOrStdout())
 		},
 	}
 	o.addFlags(cmd)
@@ -78,10 +88,10 @@ func (o *submitOptions) addFlags(cmd *cobra.Command) {
 	fs.Uint64Var(&o.version, "version", 0, "the event's version, rising per task_id (0: the sidecar assigns a hybrid-logical-clock one)")
 	fs.StringArrayVar(&o.attrs, "attr", nil, "an attribute key=value (repeatable)")
 	fs.DurationVar(&o.ttl, "ttl", 0, "drop the event if a peer's queue holds it longer than this (0: the node's --task-ttl)")
-	fs.BoolVar(&o.deleted, "delete", false, "delete TASK_ID: send a tombstone, with no payload")
+	fs.BoolVar(&o.deleted, "delete", false, "delete TASK_ID: send a tombstone, with no payload (the old spelling of 'sidecar del TASK_ID')")
 	fs.StringVar(&o.ack, "ack", "", "when to return: queued (in every peer's queue, the default), one, quorum or all (peers acknowledged)")
 	fs.DurationVar(&o.ackTimeout, "ack-timeout", 0, "with --ack one|quorum|all: wait at most this long for the acks (0: the sidecar's default, 5s)")
-	fs.BoolVar(&o.json, "json", false, "print the SubmitResponse as one line of protojson")
+	o.out.addFlags(fs, "table (what the node did, a line per peer with --ack), json (the SubmitResponse, one protojson line) or raw (the version alone)", false)
 }
 
 // request maps the arguments and flags onto a one-event SubmitRequest.
@@ -177,7 +187,7 @@ func optionalDuration(flag string, d time.Duration) (*durationpb.Duration, error
 	return durationpb.New(d), nil
 }
 
-func (o submitOptions) run(ctx context.Context, req *fanoutv1.SubmitRequest, out io.Writer) error {
+func (o submitOptions) run(ctx context.Context, req *fanoutv1.SubmitRequest, mode string, out io.Writer) error {
 	var resp *fanoutv1.SubmitResponse
 	err := o.app.call(ctx, "Submit", func(ctx context.Context, c fanoutv1.FanoutServiceClient) (err error) {
 		resp, err = c.Submit(ctx, req)
@@ -186,17 +196,18 @@ func (o submitOptions) run(ctx context.Context, req *fanoutv1.SubmitRequest, out
 	if err != nil {
 		return err
 	}
-	if o.json {
+	if mode == outJSON {
 		if err := writeJSONLine(out, resp); err != nil {
 			return err
 		}
 	}
-	return reportSubmit(out, req, resp, o.json)
+	return reportSubmit(out, req, resp, mode)
 }
 
-// reportSubmit prints the outcome of a one-event Submit (unless quiet) and returns an
-// error when the event was not accepted or the ack policy was not satisfied.
-func reportSubmit(out io.Writer, req *fanoutv1.SubmitRequest, resp *fanoutv1.SubmitResponse, quiet bool) error {
+// reportSubmit prints the outcome of a one-event Submit (-o table: the line; raw: the
+// version; json: nothing more) and returns an error when the event was not accepted
+// or the ack policy was not satisfied.
+func reportSubmit(out io.Writer, req *fanoutv1.SubmitRequest, resp *fanoutv1.SubmitResponse, mode string) error {
 	id := req.GetEvents()[0].GetTaskId()
 	var res *fanoutv1.EventResult
 	if rs := resp.GetResults(); len(rs) > 0 {
@@ -214,8 +225,11 @@ func reportSubmit(out io.Writer, req *fanoutv1.SubmitRequest, resp *fanoutv1.Sub
 	default:
 		return fmt.Errorf("%s: the sidecar answered no outcome (%s)", id, res.GetOutcome())
 	}
-	if !quiet {
+	switch mode {
+	case outTable:
 		printAccepted(out, id, resp, res)
+	case outRaw:
+		fmt.Fprintln(out, versionAt(resp, 0))
 	}
 	if !resp.GetSatisfied() {
 		return fmt.Errorf("%s was accepted but --ack %s was not satisfied: %d of %d peers acknowledged (raise --ack-timeout to wait longer)",
@@ -225,22 +239,33 @@ func reportSubmit(out io.Writer, req *fanoutv1.SubmitRequest, resp *fanoutv1.Sub
 }
 
 func printAccepted(out io.Writer, id string, resp *fanoutv1.SubmitResponse, res *fanoutv1.EventResult) {
-	var version uint64
-	if vs := resp.GetVersions(); len(vs) > 0 {
-		version = vs[0]
-	}
+	version := versionAt(resp, 0)
 	if len(resp.GetResults()) > 0 {
 		fmt.Fprintf(out, "accepted %s version %d revision %d\n", id, version, res.GetRevision())
 	} else { // a sidecar from before the state table: no revision
 		fmt.Fprintf(out, "accepted %s version %d\n", id, version)
 	}
 	for _, a := range resp.GetPeerAcks() {
-		state := strings.TrimPrefix(a.GetState().String(), "PEER_ACK_STATE_")
-		if a.GetDetail() != "" {
-			state += " (" + a.GetDetail() + ")"
-		}
-		fmt.Fprintf(out, "peer %s: %s\n", a.GetPeer(), state)
+		fmt.Fprintf(out, "peer %s: %s\n", a.GetPeer(), peerAckText(a))
 	}
+}
+
+// peerAckText is a peer's ack state, e.g. "ACKED" or "DROPPED (overflow)".
+func peerAckText(a *fanoutv1.PeerAck) string {
+	state := strings.TrimPrefix(a.GetState().String(), "PEER_ACK_STATE_")
+	if a.GetDetail() != "" {
+		state += " (" + a.GetDetail() + ")"
+	}
+	return state
+}
+
+// versionAt is the version the node gave the i-th event (0 from a sidecar that
+// answered none).
+func versionAt(resp *fanoutv1.SubmitResponse, i int) uint64 {
+	if vs := resp.GetVersions(); i < len(vs) {
+		return vs[i]
+	}
+	return 0
 }
 
 func countAcked(acks []*fanoutv1.PeerAck) int {

@@ -17,13 +17,17 @@ func TestWatchRequest(t *testing.T) {
 		env  map[string]string
 		want *fanoutv1.SubscribeRequest
 	}{
-		{"snapshot by default", nil, nil, &fanoutv1.SubscribeRequest{Snapshot: true}},
-		{"prefix, no snapshot", []string{"reg/", "--no-snapshot"}, nil, &fanoutv1.SubscribeRequest{TaskIdPrefix: "reg/"}},
-		{"resume takes no snapshot", []string{"--from-revision", "42"}, nil, &fanoutv1.SubscribeRequest{FromRevision: 42}},
-		{"every other flag", []string{"reg/", "--include-own", "--max-batch", "100", "--max-batch-bytes", "65536"}, nil,
+		{"snapshot and own writes by default", nil, nil, &fanoutv1.SubscribeRequest{Snapshot: true, IncludeOwn: true}},
+		{"prefix, no snapshot", []string{"--prefix", "reg/", "--no-snapshot"}, nil, &fanoutv1.SubscribeRequest{TaskIdPrefix: "reg/", IncludeOwn: true}},
+		{"one exact key: its own prefix, filtered by the CLI", []string{"reg/a"}, nil, &fanoutv1.SubscribeRequest{TaskIdPrefix: "reg/a", Snapshot: true, IncludeOwn: true}},
+		{"exact keys: their common prefix", []string{"reg/ab", "reg/ac", "reg/b"}, nil, &fanoutv1.SubscribeRequest{TaskIdPrefix: "reg/", Snapshot: true, IncludeOwn: true}},
+		{"--exclude-own", []string{"--exclude-own"}, nil, &fanoutv1.SubscribeRequest{Snapshot: true}},
+		{"the old --include-own is the default", []string{"--include-own"}, nil, &fanoutv1.SubscribeRequest{Snapshot: true, IncludeOwn: true}},
+		{"resume takes no snapshot", []string{"--from-revision", "42"}, nil, &fanoutv1.SubscribeRequest{FromRevision: 42, IncludeOwn: true}},
+		{"every other flag", []string{"--prefix", "reg/", "--max-batch", "100", "--max-batch-bytes", "65536"}, nil,
 			&fanoutv1.SubscribeRequest{TaskIdPrefix: "reg/", Snapshot: true, IncludeOwn: true, MaxBatch: 100, MaxBatchBytes: 65536}},
-		{"FANOUT_* other than FANOUT_ADDR are serve's, not watch's", nil, map[string]string{"FANOUT_NO_SNAPSHOT": "true", "FANOUT_MAX_BATCH": "7"},
-			&fanoutv1.SubscribeRequest{Snapshot: true}},
+		{"FANOUT_* other than FANOUT_ADDR are serve's, not watch's", nil, map[string]string{"FANOUT_NO_SNAPSHOT": "true", "FANOUT_MAX_BATCH": "7", "FANOUT_EXCLUDE_OWN": "true"},
+			&fanoutv1.SubscribeRequest{Snapshot: true, IncludeOwn: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -111,7 +115,10 @@ func TestWatchFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"two prefixes", []string{"a", "b"}, "want at most one PREFIX, got 2 arguments"},
+		{"keys and a prefix", []string{"a", "--prefix", "b"}, `give TASK_IDs or --prefix "b", not both`},
+		{"--exclude-own and --include-own", []string{"--exclude-own", "--include-own"}, "--exclude-own and --include-own contradict each other"},
+		{"unknown -o", []string{"-o", "yaml"}, `-o "yaml": want table, json, raw`},
+		{"bad separator", []string{"-o", "raw", "--separator", `\q`}, `--separator "\\q": unknown escape \q`},
 		{"batch too large", []string{"--max-batch", "10001"}, "--max-batch 10001: want 0 to 10000"},
 		{"batch bytes too large", []string{"--max-batch-bytes", "67108865"}, "--max-batch-bytes 67108865: want 0 (the sidecar's default) to 67108864"},
 		{"negative count", []string{"--count", "-1"}, "--count -1: want 0 (no limit) or more"},

@@ -34,7 +34,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // The named health services (grpc.health.v1), served on the app, peer and admin
@@ -227,7 +231,9 @@ func (s *Sidecar) serve(srv *grpc.Server, l net.Listener) {
 // default, like the pod's other ports): HTTP /metrics, /healthz (liveness) and
 // /readyz (readiness), and, on the same port, gRPC health (grpc.health.v1 over
 // cleartext HTTP/2, as Kubernetes' gRPC probes speak it) with the same services as
-// the other listeners. Nothing else: no pprof, no reflection, no API.
+// the other listeners, and reflection that knows the health service alone (so that
+// grpcurl can call it without a .proto file). Nothing else: no pprof, no API, and no
+// descriptor of the API over reflection.
 func (s *Sidecar) startAdmin(addr string, reg *prometheus.Registry, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -250,6 +256,9 @@ func (s *Sidecar) startAdmin(addr string, reg *prometheus.Registry, log *slog.Lo
 	s.adminGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(adminGRPCBytes), grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recov)),
 		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recov)))
 	healthpb.RegisterHealthServer(s.adminGRPC, s.health)
+	if err := registerHealthReflection(s.adminGRPC); err != nil {
+		return err
+	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			s.adminGRPC.ServeHTTP(w, r)
@@ -388,4 +397,26 @@ func stopGracefully(s *grpc.Server, grace time.Duration) {
 		s.Stop()
 		<-done
 	}
+}
+
+// healthOnly is reflection's view of the admin server: the health service alone.
+type healthOnly struct{ srv *grpc.Server }
+
+func (h healthOnly) GetServiceInfo() map[string]grpc.ServiceInfo {
+	info := h.srv.GetServiceInfo()
+	return map[string]grpc.ServiceInfo{healthpb.Health_ServiceDesc.ServiceName: info[healthpb.Health_ServiceDesc.ServiceName]}
+}
+
+// registerHealthReflection serves gRPC reflection (v1 and v1alpha, which older
+// grpcurls ask) on srv, answering for grpc.health.v1 only: its resolver holds the
+// health .proto's descriptor and nothing else, so the API's are not shown here.
+func registerHealthReflection(srv *grpc.Server) error {
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(healthpb.File_grpc_health_v1_health_proto); err != nil {
+		return fmt.Errorf("admin reflection: %w", err)
+	}
+	opts := reflection.ServerOptions{Services: healthOnly{srv}, DescriptorResolver: files, ExtensionResolver: new(protoregistry.Types)}
+	reflectionv1.RegisterServerReflectionServer(srv, reflection.NewServerV1(opts))
+	reflectionv1alpha.RegisterServerReflectionServer(srv, reflection.NewServer(opts))
+	return nil
 }
