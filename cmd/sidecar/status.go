@@ -162,8 +162,11 @@ func printHeader(w io.Writer, st *fanoutv1.GetStatusResponse) {
 	fmt.Fprintf(w, "node %s   ready %s   keys %d/%d   bytes %d/%d   revision %d   subscribers %d   delivered %d\n",
 		st.GetNodeId(), ready, state.GetKeys(), state.GetMaxKeys(), state.GetBytes(), state.GetMaxBytes(),
 		state.GetRevision(), st.GetSubscribers(), st.GetDelivered())
-	fmt.Fprintf(w, "%s\n\n", st.GetReadyReason())
+	fmt.Fprintf(w, "%s\n%s\n\n", st.GetReadyReason(), statusLegend)
 }
+
+// statusLegend says what the header's revision is, and how it differs from a version.
+const statusLegend = "(revision: this node's change counter, +1 per change from its start; versions are per key)"
 
 // printStatus prints the narrow table: a line per peer that fits 100 columns.
 func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {

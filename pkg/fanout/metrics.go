@@ -1,6 +1,8 @@
 package fanout
 
 import (
+	"strconv"
+
 	"github.com/fanout/fanout/internal/promhist"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -24,7 +26,7 @@ type descs struct {
 	keys, keysLimit, bytes, bytesLimit, arena, tombstones, revision, compacted *prometheus.Desc
 	stateOps, subs, delivered, ready, disk, diskLag, diskCommit                *prometheus.Desc
 	tombBytes, tombsLimit, tombBytesLimit, peerWrites, ownOrigin               *prometheus.Desc
-	diskFailures, diskFull                                                     *prometheus.Desc
+	diskFailures, diskFull, revisionBase                                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -73,8 +75,14 @@ func NewCollector(n *Node) *Collector {
 				"an earlier process of this node, before a restart, taken back from a peer).", "path", "outcome"),
 		arena:      g("fanout_state_arena_bytes", "Bytes the state table's arenas hold, live and garbage."),
 		tombstones: g("fanout_state_tombstones", "Deleted keys still remembered (for --tombstone-ttl, within --state-max-tombstones)."),
-		revision:   g("fanout_state_revision", "The state table's latest revision."),
-		compacted:  g("fanout_state_compacted_revision", "The oldest revision a watch can resume after."),
+		revision: g("fanout_state_revisions_total",
+			"Changes the state table applied since the node started: the latest revision is base (fanout_state_revision_base_info) plus this, "+
+				"exactly (a revision is an 18-digit number, which a float sample cannot hold to the unit)."),
+		compacted: g("fanout_state_compacted_revisions",
+			"The oldest revision a watch can resume after, as changes since the start: base (fanout_state_revision_base_info) plus this."),
+		revisionBase: g("fanout_state_revision_base_info",
+			"Always 1; base is the revision the state table counted from at the node's start (its start time in version units), in full: "+
+				"a revision in GetStatus, get or watch is base plus fanout_state_revisions_total.", "base"),
 		stateOps: g("fanout_state_writes_total",
 			"Writes the state table did not apply (refused at a bound, stale), and tombstones collected: after --tombstone-ttl "+
 				"(collected), or before it to make room at --state-max-tombstones or --state-max-tombstone-bytes (collected_early).", "kind"),
@@ -100,7 +108,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{d.submitted, d.received, d.lag, d.ackWait, d.refused, d.versions, d.relayed,
 		d.keys, d.keysLimit, d.bytes, d.bytesLimit, d.arena, d.tombstones, d.revision, d.compacted,
 		d.stateOps, d.subs, d.delivered, d.ready, d.disk, d.diskLag, d.diskCommit, d.diskFailures, d.diskFull,
-		d.tombBytes, d.tombsLimit, d.tombBytesLimit, d.peerWrites, d.ownOrigin} {
+		d.tombBytes, d.tombsLimit, d.tombBytesLimit, d.peerWrites, d.ownOrigin, d.revisionBase} {
 		ch <- x
 	}
 	c.node.tr.Describe(ch)
@@ -159,8 +167,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.ownOrigin, n.own.replicateRefused.Load(), "replicate", "refused")
 	counter(d.ownOrigin, n.own.syncRefused.Load(), "anti_entropy", "refused")
 	counter(d.ownOrigin, n.own.syncRestored.Load(), "anti_entropy", "restored")
-	gauge(d.revision, float64(st.Revision))
-	gauge(d.compacted, float64(st.Compacted))
+	base := n.cfg.State.FirstRevision
+	counter(d.revision, st.Revision-min(st.Revision, base))
+	gauge(d.compacted, float64(st.Compacted-min(st.Compacted, base)))
+	gauge(d.revisionBase, 1, strconv.FormatUint(base, 10))
 	for _, k := range []kv{{"refused", st.Refused}, {"stale", st.StaleSeen}, {"collected", st.Collected}, {"collected_early", st.CollectedEarly}} {
 		counter(d.stateOps, k.v, k.k)
 	}

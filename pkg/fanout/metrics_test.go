@@ -65,9 +65,41 @@ fanout_submitted_events_total{outcome="stale"} 0
 			t.Errorf("node b's metrics lack %q:\n%s", s, out)
 		}
 	}
+	// The revision is exact: base (a label, every digit) plus an integer count of
+	// changes, equal to what GetStatus says.
+	rev := a.node.Status().GetState().GetRevision()
+	wantRev := fmt.Sprintf(`
+# HELP fanout_state_revision_base_info %s
+# TYPE fanout_state_revision_base_info gauge
+fanout_state_revision_base_info{base="%d"} 1
+# HELP fanout_state_revisions_total %s
+# TYPE fanout_state_revisions_total counter
+fanout_state_revisions_total 2
+`, helpOf(t, ca, "fanout_state_revision_base_info"), rev-2, helpOf(t, ca, "fanout_state_revisions_total"))
+	if err := testutil.CollectAndCompare(ca, strings.NewReader(wantRev), "fanout_state_revision_base_info", "fanout_state_revisions_total"); err != nil {
+		t.Errorf("GetStatus revision %d: %v", rev, err)
+	}
 	if out := collectText(t, ca); !strings.Contains(out, `fanout_peer_replicate_duration_seconds_count{peer="b",peer_id="b"}`) {
 		t.Errorf("node a's metrics lack the Replicate histogram of peer b with its node id:\n%s", out)
 	}
+}
+
+// helpOf is the help text of c's metric name.
+func helpOf(t *testing.T, c prometheus.Collector, name string) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetHelp()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return ""
 }
 
 // collectText renders c's metrics in the text format.
