@@ -61,7 +61,8 @@ func newDescs() descs {
 		syncKeys: g("fanout_sync_keys_repaired_total",
 			"Entries anti-entropy stored: pulled (from the peer, here) and pushed (from here, at the peer).", with("direction")...),
 		syncBytes: g("fanout_sync_bytes_total",
-			"Bytes of anti-entropy rounds (protobuf sizes): digest (the hash tree walk) and all.", with("kind")...),
+			"Bytes of anti-entropy rounds (protobuf sizes), by kind: digest (the hash tree walk) and entries (the pulls and pushes "+
+				"of the entries that differ). The kinds partition the bytes: sum() over them is the whole.", with("kind")...),
 		syncLast: g("fanout_sync_last_success_timestamp_seconds",
 			"When the last anti-entropy round with the peer that completed ended.", peer...),
 		syncDur: g("fanout_sync_last_duration_seconds", "How long the last completed anti-entropy round with the peer took.", peer...),
@@ -165,7 +166,7 @@ func (m *Mesh) collectSync(ch chan<- prometheus.Metric, l *link, id string) {
 	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pulled), l.addr, id, "pulled")
 	ch <- prometheus.MustNewConstMetric(d.syncKeys, prometheus.CounterValue, float64(s.pushed), l.addr, id, "pushed")
 	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.digestBytes), l.addr, id, "digest")
-	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.bytes), l.addr, id, "all")
+	ch <- prometheus.MustNewConstMetric(d.syncBytes, prometheus.CounterValue, float64(s.bytes-min(s.bytes, s.digestBytes)), l.addr, id, "entries")
 	ch <- prometheus.MustNewConstMetric(d.syncLimited, prometheus.CounterValue, float64(s.pushCut), l.addr, id, "cut")
 	ch <- prometheus.MustNewConstMetric(d.syncLimited, prometheus.CounterValue, float64(s.pushHeld), l.addr, id, "held")
 	for _, call := range syncCalls {
