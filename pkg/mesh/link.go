@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,7 +236,13 @@ func (m *Mesh) newBreaker(addr string) (breaker.Breaker, error) {
 	bcfg.IsFailure = func(err error) bool { return errors.Is(err, peers.ErrNetwork) }
 	bcfg.IsExcluded = func(err error) bool { return errors.Is(err, peers.ErrCongestion) }
 	bcfg.OnStateChange = func(name string, from, to breaker.State) {
-		m.log.Warn("peer circuit breaker changed state", "peer", name, "from", from.String(), "to", to.String())
+		// Opening (the peer stopped answering) and a failed probe deserve a WARN; a
+		// probe let through (half-open) and a recovery (closed) are good news: INFO.
+		level := slog.LevelWarn
+		if to != breaker.Open {
+			level = slog.LevelInfo
+		}
+		m.log.Log(context.Background(), level, "peer circuit breaker changed state", "peer", name, "from", from.String(), "to", to.String())
 	}
 	br, err := m.cfg.NewBreaker(bcfg)
 	if err != nil {
