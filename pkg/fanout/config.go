@@ -69,6 +69,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// Validate checks c as New would: pkg/sidecar checks the whole configuration before
+// it prints anything.
+func (c Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	var errs []error
 	check := func(ok bool, field, format string, args ...any) {

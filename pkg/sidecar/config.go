@@ -3,6 +3,7 @@ package sidecar
 import (
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"time"
@@ -195,7 +196,33 @@ func (c *Config) validate() error {
 	} else {
 		check(c.Discovery.MaxPeers > 0, "sidecar.Config.Discovery.MaxPeers", "must be > 0, got %d", c.Discovery.MaxPeers)
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.validateParts()...)...)
+}
+
+// validateParts checks the node's and the mesh's configurations as fanout.New and
+// mesh.New will, with what Start fills in, so that a bad value is refused before the
+// first log line (the memory limit's, say), not after it.
+func (c *Config) validateParts() []error {
+	node := c.Node
+	if c.DataDir != "" {
+		// Start opens the store (and may read the node id from it): what the node
+		// checks with one, it checks here with a stand-in it never uses.
+		node.Store = new(store.Store)
+		if node.NodeID == "" {
+			node.NodeID = "from-the-data-dir"
+		}
+	}
+	errs := []error{node.Validate()}
+	if c.Transport == TransportMesh {
+		mc, l := c.Mesh, c.Node.Limits
+		mc.EventBytes, mc.MaxEventBytes, mc.MaxTaskIDBytes = l.EventBytes(), l.MaxEventBytes, l.MaxTaskIDBytes
+		mc.Dial = func(string) (mesh.Conn, error) { return nil, errors.New("validation only") }
+		if mc.MaxPendingBytes == 0 {
+			mc.MaxPendingBytes = math.MaxInt64 // from the memory limit at Start, and checked then
+		}
+		errs = append(errs, mc.Validate())
+	}
+	return errs
 }
 
 // validateJetStream refuses, with TransportJetStream, what only the mesh uses: the

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -316,5 +317,34 @@ func TestStreamsPerConnection(t *testing.T) {
 	cancels[1]() // a unary call needs a stream too
 	if _, err := client.GetStatus(later, &fanoutv1.GetStatusRequest{}); err != nil {
 		t.Fatalf("GetStatus once a stream is free: %v", err)
+	}
+}
+
+// TestConfigCheckedBeforeAnyOutput: a bad value of the node's or the mesh's
+// configuration is refused before Start logs anything (the memory limit's line used
+// to come first, then the error).
+func TestConfigCheckedBeforeAnyOutput(t *testing.T) {
+	for name, set := range map[string]func(*Config){
+		"mesh":    func(c *Config) { c.Mesh.Batcher.MaxBatch = 0 },
+		"breaker": func(c *Config) { c.Mesh.Breaker.Failures = 0 },
+		"node":    func(c *Config) { c.Node.State.MaxKeys = -1 },
+		"timeout": func(c *Config) { c.Mesh.ReplicateTimeout = 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var logged bytes.Buffer
+			cfg := DefaultConfig()
+			cfg.Node.NodeID = "n"
+			cfg.AppAddr, cfg.PeerAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
+			cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			set(&cfg)
+			sc, err := Start(context.Background(), cfg)
+			if err == nil {
+				_ = sc.Shutdown(context.Background())
+				t.Fatal("Start took a bad configuration")
+			}
+			if logged.Len() > 0 {
+				t.Errorf("Start logged before refusing the configuration (%v):\n%s", err, logged.String())
+			}
+		})
 	}
 }
