@@ -30,6 +30,7 @@ type demoOptions struct {
 	keys     int
 	payload  int
 	logLevel string
+	basePort int // 0: free ports
 }
 
 func newDemoCmd() *cobra.Command {
@@ -41,7 +42,10 @@ func newDemoCmd() *cobra.Command {
 subscriber to each, and publishes a steady mixed load (a few hot task_ids that coalesce,
 many cold ones) round-robin to all three. Every second it shows, per peer link, the
 events sent per second, pending and in-flight, and per node the events delivered per
-second. Stop it with Ctrl-C, or give --duration.`,
+second. Stop it with Ctrl-C, or give --duration.
+
+--base-port P puts the nodes on known ports instead of free ones: node-a's app on P and
+its peer listener on P+1, node-b's on P+2 and P+3, node-c's on P+4 and P+5.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -60,6 +64,7 @@ second. Stop it with Ctrl-C, or give --duration.`,
 	fs.IntVar(&o.keys, "keys", o.keys, "distinct task_ids")
 	fs.IntVar(&o.payload, "payload", o.payload, "payload bytes per event")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log level of the demo nodes (logs go to stderr)")
+	fs.IntVar(&o.basePort, "base-port", 0, "listen on 127.0.0.1 from this port up: node i's app on P+2i, its peers' listener on P+2i+1 (0: free ports)")
 	return cmd
 }
 
@@ -72,12 +77,18 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	if o.rate <= 0 || o.keys <= 0 || o.payload < 0 {
 		return errors.New("--rate and --keys must be > 0, --payload >= 0")
 	}
+	if o.basePort < 0 || o.basePort+2*o.nodes-1 > 65535 {
+		return fmt.Errorf("--base-port %d: want 0 (free ports) or 1 to %d (the demo takes %d ports from it)", o.basePort, 65535-2*o.nodes+1, 2*o.nodes)
+	}
 	level, err := parseLevel(o.logLevel)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	nodes, err := startDemoCluster(o.nodes, log)
+	log, err := newLogger("auto", level, os.Stderr)
+	if err != nil {
+		return err
+	}
+	nodes, err := startDemoCluster(o.nodes, o.basePort, log)
 	if err != nil {
 		return err
 	}
@@ -105,15 +116,17 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	return nil
 }
 
-// startDemoCluster binds every listener first (port 0), so each node knows the others'
+// startDemoCluster binds every listener first (port 0, or from basePort: node i's app
+// on basePort+2i, its peer listener on basePort+2i+1), so each node knows the others'
 // peer addresses before any starts. On failure it closes whatever it opened.
-func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
-	var lis []net.Listener // app and peer listeners not yet owned by a sidecar
+func startDemoCluster(n, basePort int, log *slog.Logger) (nodes []*demoNode, err error) {
+	// The app and peer listeners not yet owned by a sidecar (nil once they are).
+	appLis, peerLis := make([]net.Listener, n), make([]net.Listener, n)
 	defer func() {
 		if err == nil {
 			return
 		}
-		for _, l := range lis {
+		for _, l := range append(appLis, peerLis...) {
 			if l != nil {
 				l.Close()
 			}
@@ -125,14 +138,17 @@ func startDemoCluster(n int, log *slog.Logger) (nodes []*demoNode, err error) {
 		}
 		nodes = nil
 	}()
-	for range 2 * n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+	for i := range n {
+		for j, l := range []*net.Listener{&appLis[i], &peerLis[i]} {
+			addr := "127.0.0.1:0"
+			if basePort > 0 {
+				addr = fmt.Sprintf("127.0.0.1:%d", basePort+2*i+j)
+			}
+			if *l, err = net.Listen("tcp", addr); err != nil {
+				return nil, fmt.Errorf("--base-port %d: %w (pick another, or 0 for free ports)", basePort, err)
+			}
 		}
-		lis = append(lis, l)
 	}
-	appLis, peerLis := lis[:n], lis[n:]
 	peerAddrs := make([]string, n)
 	for i, l := range peerLis {
 		peerAddrs[i] = l.Addr().String()
@@ -180,7 +196,7 @@ func demoIntro(nodes []*demoNode) string {
 	a, c := nodes[0].sc.AppAddr(), nodes[len(nodes)-1].sc.AppAddr()
 	fmt.Fprintf(&b, "In another terminal:  bin/sidecar status --addr %s\n", a)
 	fmt.Fprintf(&b, "                      bin/sidecar watch --addr %s demo/mine\n", c)
-	fmt.Fprintf(&b, "                      bin/sidecar submit --addr %s demo/mine '{\"hello\":1}'\n\n", a)
+	fmt.Fprintf(&b, "                      bin/sidecar put --addr %s demo/mine '{\"hello\":1}'\n\n", a)
 	return b.String()
 }
 

@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -72,4 +76,40 @@ func demoMissing(text string) []string {
 		}
 	}
 	return out
+}
+
+// TestDemoBasePort: --base-port puts node i's app on P+2i and its peer listener on
+// P+2i+1; a port in use is an error that names the flag.
+func TestDemoBasePort(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var nodes []*demoNode
+	var base int
+	for attempt := 0; nodes == nil; attempt++ { // six ports in a row that are free now
+		base = 20000 + rand.IntN(20000)
+		var err error
+		if nodes, err = startDemoCluster(3, base, log); err != nil && (attempt == 20 || !strings.Contains(err.Error(), "address already in use")) {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range nodes {
+		if got, want := n.sc.AppAddr(), fmt.Sprintf("127.0.0.1:%d", base+2*i); got != want {
+			t.Errorf("node %d's app on %s, want %s", i, got, want)
+		}
+		if got, want := n.sc.PeerAddr(), fmt.Sprintf("127.0.0.1:%d", base+2*i+1); got != want {
+			t.Errorf("node %d's peer listener on %s, want %s", i, got, want)
+		}
+	}
+	_, err := startDemoCluster(3, base, log) // the same ports again: taken
+	for _, n := range nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = n.sc.Shutdown(ctx)
+		cancel()
+	}
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--base-port %d: ", base)) {
+		t.Errorf("a second demo on the same ports: %v, want an error naming --base-port", err)
+	}
+	if err := runDemo(context.Background(), demoOptions{nodes: 3, rate: 1, keys: 1, basePort: 65533}, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "--base-port 65533: want 0 (free ports) or 1 to 65530") {
+		t.Errorf("--base-port 65533: %v", err)
+	}
 }

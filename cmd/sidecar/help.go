@@ -29,7 +29,7 @@ func serveFlagGroups() []flagGroup {
 		{"State table and limits", []string{"state-max-keys", "state-max-bytes", "state-max-tombstones", "state-max-tombstone-bytes", "tombstone-ttl", "max-event-bytes", "max-request-bytes"}},
 		{"Start-up, catch-up and shutdown", []string{"data-dir", "data-dir-min-free-bytes", "anti-entropy-interval", "sync-timeout", "shutdown-timeout"}},
 		{"Security (docs/SECURITY.md)", []string{"peer-tls-cert", "peer-tls-key", "peer-tls-ca", "app-token-file", "app-socket-mode"}},
-		{"Runtime", []string{"log-level", "gomaxprocs", "memory-limit", "pprof-addr"}},
+		{"Runtime", []string{"log-level", "log-format", "gomaxprocs", "memory-limit", "pprof-addr"}},
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -37,5 +39,24 @@ func TestParseMemoryLimit(t *testing.T) {
 				t.Fatalf("parseMemoryLimit(%q) = %+v, %v; want %+v", tc.flag, got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLogFormat: --log-format json and text, auto (json when stderr is not a
+// terminal, as here), and an unknown one refused.
+func TestLogFormat(t *testing.T) {
+	for format, want := range map[string]string{"json": `{"time":`, "text": "time=", "auto": `{"time":`, "TEXT": "time="} {
+		var b strings.Builder
+		log, err := newLogger(format, slog.LevelInfo, &b)
+		if err != nil {
+			t.Fatalf("--log-format %s: %v", format, err)
+		}
+		log.Info("hello")
+		if !strings.HasPrefix(b.String(), want) {
+			t.Errorf("--log-format %s wrote %q, want it to start %q", format, b.String(), want)
+		}
+	}
+	if _, err := newLogger("yaml", slog.LevelInfo, io.Discard); err == nil || !strings.Contains(err.Error(), `--log-format "yaml": want json, text or auto`) {
+		t.Errorf("--log-format yaml: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -23,6 +24,7 @@ type serveOptions struct {
 	cfg           sidecar.Config
 	peers         string
 	logLevel      string
+	logFormat     string // --log-format: auto, json or text
 	gomaxprocs    int
 	memoryLimit   string // --memory-limit, parsed into cfg.MemoryLimit by serve
 	appSocketMode string // --app-socket-mode, octal
@@ -33,6 +35,7 @@ func defaultServeOptions() serveOptions {
 	return serveOptions{
 		cfg:           cfg,
 		logLevel:      "info",
+		logFormat:     "auto",
 		gomaxprocs:    1,
 		memoryLimit:   "auto",
 		appSocketMode: fmt.Sprintf("%04o", cfg.AppSocketMode), // 0600
@@ -54,6 +57,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&m.PeerRemovalGrace, "peer-removal-grace", m.PeerRemovalGrace, "a peer that leaves the peer set (DNS no longer names it) is still sent what it has pending for this long, then the rest is dropped; named again before then, it is back with nothing lost (one --peers-refresh: a DNS answer that briefly leaves a pod out loses nothing)")
 	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", o.cfg.ShutdownTimeout, "on SIGTERM, keep sending queued events for at most this long (10s fits in Kubernetes' default 30s grace period)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "json (one object a line, for a log collector), text (key=value, for people) or auto: text when stderr is a terminal, else json")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", o.gomaxprocs, "OS threads running Go code at once (1: a sidecar shares its pod's CPU with the app, and one keeps Go's scheduler from spinning idle threads: CPU per event at 10k events/s 33-37 instead of 41-44 µs, docs/BENCHMARKS.md; with --data-dir 2, so that the store's flushes and compactions do not take turns with the serving path; 0: Go's default, every CPU or the cgroup limit; the GOMAXPROCS variable applies when this flag is not given)")
 	fs.StringVar(&o.memoryLimit, "memory-limit", o.memoryLimit, "Go's soft heap limit, e.g. 240MiB: the GC works harder as the heap nears it instead of letting it grow to twice its live size (auto: GOMEMLIMIT if set, else 90% of the container's cgroup limit, else none; off: none)")
 	b := &m.Batcher
@@ -142,6 +146,23 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
+// newLogger is the logger of --log-format at --log-level, writing to w.
+func newLogger(format string, level slog.Level, w io.Writer) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(format) {
+	case "auto":
+		if isTerminal(w) {
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json, text or auto (text on a terminal, else json)", format)
+}
+
 // runServe starts one sidecar (pkg/sidecar) and blocks until ctx is done, then shuts
 // down gracefully. An error that names a Config field names its flag instead.
 func runServe(ctx context.Context, o serveOptions) error {
@@ -160,7 +181,9 @@ func (o serveOptions) config() (sidecar.Config, error) {
 		return cfg, err
 	}
 	// Signals are caught from the start-up's first log line on.
-	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.Logger, err = newLogger(o.logFormat, level, os.Stderr); err != nil {
+		return cfg, err
+	}
 	cfg.Build = sidecarBuild()
 	if cfg.Mesh.Peers, err = peers.ParseList(o.peers); err != nil {
 		return cfg, err
