@@ -263,6 +263,8 @@ type quorumLoad struct {
 	done                       chan struct{}
 	wg                         sync.WaitGroup
 	errs                       chan error
+	mu                         sync.Mutex
+	ackedIDs                   []string // guarded by mu; the task_ids of acknowledged events
 }
 
 func startQuorumLoad(c *cluster, origins []int, prefix string, l *ledger) *quorumLoad {
@@ -291,6 +293,11 @@ func startQuorumLoad(c *cluster, origins []int, prefix string, l *ledger) *quoru
 				}
 				if resp.GetSatisfied() {
 					q.acked.Add(int64(len(events)))
+					q.mu.Lock()
+					for _, ev := range events {
+						q.ackedIDs = append(q.ackedIDs, ev.GetTaskId())
+					}
+					q.mu.Unlock()
 				} else {
 					q.unsatisfied.Add(1)
 				}
@@ -298,6 +305,50 @@ func startQuorumLoad(c *cluster, origins []int, prefix string, l *ledger) *quoru
 		})
 	}
 	return q
+}
+
+// checkStream checks that the stream holds a message of every acknowledged event's
+// key (each request writes new keys): the acknowledgement promised it is in the
+// stream, whatever any sidecar holds.
+func (q *quorumLoad) checkStream(t *testing.T, nc *natstest.Cluster, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	var info *jetstream.StreamInfo
+	for i := range 3 {
+		if !nc.Running(i) {
+			continue
+		}
+		conn := nc.Connect(i)
+		js, err := jetstream.New(conn)
+		must(t, err)
+		st, err := js.Stream(ctx, jsStream)
+		if err == nil {
+			info, err = st.Info(ctx, jetstream.WithSubjectFilter(jsSubject+strings.TrimSuffix(prefix, "/")+".>"))
+		}
+		conn.Close()
+		if err == nil {
+			break
+		}
+		t.Logf("stream info through %s: %v", nc.Name(i), err)
+	}
+	if info == nil {
+		t.Fatal("no server answered the stream's info")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	missing := 0
+	for _, id := range q.ackedIDs {
+		if info.State.Subjects[jsSubject+strings.ReplaceAll(id, "/", ".")] == 0 {
+			if missing == 0 {
+				t.Errorf("acknowledged event %q is not in the stream", id)
+			}
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged events are not in the stream", missing, len(q.ackedIDs))
+	}
 }
 
 func (q *quorumLoad) stop(t *testing.T) {
@@ -355,6 +406,7 @@ func TestJetStreamLeaderKilled(t *testing.T) {
 	nc.Start(leader)
 	nc.WaitCurrent(jsStream)
 	cv.wait(60*time.Second, l, 0, 1, 2)
+	q.checkStream(t, nc, "kill/")
 	events, tasks := l.count()
 	t.Logf("%d events acknowledged (QUORUM satisfied), %d requests not satisfied, %d failed; %d events accepted over %d tasks, all on every sidecar",
 		q.acked.Load(), q.unsatisfied.Load(), q.failed.Load(), events, tasks)
@@ -389,6 +441,7 @@ func TestJetStreamPartition(t *testing.T) {
 	q.stop(t)
 	nc.WaitCurrent(jsStream)
 	cv.wait(60*time.Second, l, 0, 1, 2)
+	q.checkStream(t, nc, "part/")
 	events, tasks := l.count()
 	t.Logf("%d events acknowledged (QUORUM satisfied), %d requests not satisfied, %d failed; %d events accepted over %d tasks, all on every sidecar",
 		q.acked.Load(), q.unsatisfied.Load(), q.failed.Load(), events, tasks)
