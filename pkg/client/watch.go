@@ -164,8 +164,8 @@ func (w *Watch) Next() (WatchEvent, error) {
 // it delivers.
 func (w *Watch) step() error {
 	if w.stream == nil {
-		if err := w.open(); err != nil {
-			return err
+		if err := w.open(); err != nil || w.stream == nil {
+			return err // nil: the open failed, and the next step tries again
 		}
 	}
 	resp, err := w.stream.Recv()
