@@ -49,7 +49,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "client test: go build ./cmd/sidecar:", err)
 		return 1
 	}
+	stop, err := startExampleNode()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client test: the examples' sidecar:", err)
+		return 1
+	}
 	code := m.Run()
+	stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "client test: leaked goroutines:", err)
@@ -57,6 +63,52 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// exampleAddr is the app address of the sidecar the examples (example_test.go) run
+// against, started by TestMain: a node alone, as an app's own sidecar would be.
+var exampleAddr string
+
+// startExampleNode starts a sidecar for the examples and waits until it is ready.
+func startExampleNode() (stop func(), err error) {
+	ports, err := freeport.Take(3)
+	if err != nil {
+		return nil, err
+	}
+	a := ports.Addrs()
+	cmd := exec.Command(sidecarBin, "serve", "--node-id=example", "--app-addr="+a[0], "--peer-addr="+a[1], "--admin-addr="+a[2], "--log-level=error")
+	cmd.SysProcAttr = testbin.ProcAttr()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		ports.Release()
+		return nil, err
+	}
+	stop = func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		ports.Release()
+	}
+	cc, err := grpc.NewClient("passthrough:///"+a[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	defer cc.Close()
+	h := healthpb.NewHealthClient(cc)
+	for deadline := time.Now().Add(readyTimeout); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: "fanout.v1.FanoutService"})
+		cancel()
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("not ready after %s: %v %v", readyTimeout, r, err)
+		}
+	}
+	exampleAddr = a[0]
+	return stop, nil
 }
 
 // readyTimeout bounds a node's start on a loaded 2-core machine.
