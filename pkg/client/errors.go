@@ -128,6 +128,10 @@ var codeNames = [...]string{
 	"UNAUTHENTICATED",
 }
 
+// CodeName is c's canonical name, as grpc-status and grpcurl write it (OUT_OF_RANGE,
+// UNAVAILABLE), for messages and logs.
+func CodeName(c codes.Code) string { return codeName(c) }
+
 func codeName(c codes.Code) string {
 	if int(c) < len(codeNames) {
 		return codeNames[c]
