@@ -138,6 +138,10 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzApplySync -fuzztime=$(FUZZTIME) ./pkg/fanout/
 	$(GO) test -run='^$$' -fuzz='FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/discovery/
 	$(GO) test -run='^$$' -fuzz=FuzzParseServer -fuzztime=$(FUZZTIME) ./pkg/discovery/
+	$(GO) test -run='^$$' -fuzz='FuzzKey$$' -fuzztime=$(FUZZTIME) ./pkg/jetstream/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeKey -fuzztime=$(FUZZTIME) ./pkg/jetstream/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeMessage -fuzztime=$(FUZZTIME) ./pkg/jetstream/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodePosition -fuzztime=$(FUZZTIME) ./pkg/jetstream/
 
 clean:
 	rm -rf bin

@@ -40,6 +40,7 @@ type link struct {
 	stopped      atomic.Uint64 // events that ended FateStopped: pending when the link closed
 	sync         syncStats     // anti-entropy rounds with this peer (sync.go)
 	err          peerError     // the latest failed Replicate
+	state        peerState     // whether the peer answers now
 	// rtt is the duration of each Replicate call made (not those the breaker
 	// refused), answered or failed, for /metrics.
 	rtt  prometheus.Histogram
@@ -56,6 +57,46 @@ type peerError struct {
 	logged      string
 	loggedAt    time.Time
 	sinceLogged int // failures with the logged message since it was logged
+	// recovered is when a call was first answered after the error at at; zero
+	// while the error is the peer's current state.
+	recovered time.Time
+}
+
+// answered notes that a call to the peer was answered: the last error, if any, is
+// history from now on.
+func (e *peerError) answered(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.at.IsZero() && e.recovered.IsZero() {
+		e.recovered = now
+	}
+}
+
+// peerState is whether a peer answers now, from the last call to it (a Replicate or
+// an anti-entropy round): down after a call that could not reach it, up again after
+// one it answered. A peer not called yet is up.
+type peerState struct {
+	mu      sync.Mutex
+	down    bool      // guarded by mu
+	changed time.Time // guarded by mu: when down last changed; zero: never
+}
+
+// set records a call's outcome (reached: the peer answered, even with an error) and
+// reports whether the state changed.
+func (s *peerState) set(reached bool, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != reached {
+		return false
+	}
+	s.down, s.changed = !reached, now
+	return true
+}
+
+func (s *peerState) get() (up bool, changed time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.down, s.changed
 }
 
 // peerErrorLogEvery spaces the WARN lines of a peer that keeps failing the same way:
@@ -67,7 +108,7 @@ const peerErrorLogEvery = 30 * time.Second
 func (e *peerError) record(class, msg string, now time.Time) (log bool, repeats int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.class, e.msg, e.at = class, msg, now
+	e.class, e.msg, e.at, e.recovered = class, msg, now, time.Time{}
 	if msg == e.logged && now.Sub(e.loggedAt) < peerErrorLogEvery {
 		e.sinceLogged++
 		return false, 0
@@ -83,14 +124,45 @@ func (e *peerError) status() *fanoutv1.PeerError {
 	if e.at.IsZero() {
 		return nil
 	}
-	return &fanoutv1.PeerError{Class: e.class, Message: e.msg, At: timestamppb.New(e.at)}
+	pe := &fanoutv1.PeerError{Class: e.class, Message: e.msg, At: timestamppb.New(e.at)}
+	if !e.recovered.IsZero() {
+		pe.RecoveredAt = timestamppb.New(e.recovered)
+	}
+	return pe
+}
+
+// reached records whether a call reached the peer (an answer, even an error, or not:
+// a network failure or an open breaker), and logs a change of its state.
+func (l *link) reached(ok bool) {
+	now := l.m.cfg.Now()
+	if ok {
+		l.err.answered(now)
+	}
+	if !l.state.set(ok, now) {
+		return
+	}
+	if ok {
+		l.m.log.Info("peer up again", "peer", l.addr, "node_id", l.peerNodeID())
+	} else {
+		l.m.log.Warn("peer down: a call could not reach it", "peer", l.addr, "node_id", l.peerNodeID())
+	}
 }
 
 // failed records a failed Replicate, unless it is the breaker's own refusal (the
 // cause that opened it stays the last error), and logs it (rate-limited).
 func (l *link) failed(c batcher.Class, err error) {
 	if errors.Is(err, breaker.ErrOpen) {
+		l.reached(false)
 		return
+	}
+	// A network failure did not reach the peer; a congested call (a deadline) says
+	// nothing either way; anything else is its answer.
+	switch c {
+	case batcher.NetworkFailure:
+		l.reached(false)
+	case batcher.Congestion:
+	default:
+		l.reached(true)
 	}
 	class, hint := "permanent", ""
 	switch c {
@@ -195,6 +267,7 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[wire.Outgoing])
 		return batcher.Result{Class: c, Err: err}
 	}
 	l.learn(resp.GetNodeId(), resp.GetIncarnation())
+	l.reached(true)
 	if l.selfConflict.Load() {
 		err := fmt.Errorf("node id conflict: %s", *l.conflict.Load())
 		l.failed(batcher.Permanent, err)

@@ -14,10 +14,10 @@ import (
 // for an atomic add or a lock-free Observe.
 
 type descs struct {
-	peers, events, queue, pendingBytes, idle, breaker, rtt, conflict, setChanges, removedDropped *prometheus.Desc
-	syncRounds, syncKeys, syncBytes, syncLast, syncDur                                           *prometheus.Desc
-	syncLimited, syncTimeouts                                                                    *prometheus.Desc
-	budget                                                                                       budgetDescs // budget.go
+	peers, up, events, queue, pendingBytes, idle, breaker, rtt, conflict, setChanges, removedDropped *prometheus.Desc
+	syncRounds, syncKeys, syncBytes, syncLast, syncDur                                               *prometheus.Desc
+	syncLimited, syncTimeouts, bootstrap                                                             *prometheus.Desc
+	budget                                                                                           budgetDescs // budget.go
 }
 
 func newDescs() descs {
@@ -29,6 +29,9 @@ func newDescs() descs {
 	return descs{budget: newBudgetDescs(),
 		peers: g("fanout_peers", "1 per peer in this node's peer set; 0 for a peer that left it (DNS no longer names it) and is still sent "+
 			"what it had pending, for up to --peer-removal-grace. peer_id is its node id once it has answered.", peer...),
+		up: g("fanout_peer_up",
+			"1 while the peer answers: 0 from a call to it that could not reach it (a network failure, its breaker open) until one "+
+				"is answered again. A peer not called yet is up.", peer...),
 		conflict: g("fanout_peer_node_id_conflict",
 			"1 when the peer's node id clashes: it answers with this node's own id from another process (its events fail as permanent errors), "+
 				"or another peer answers with the same id. GetStatus says which. Give every node its own --node-id.", peer...),
@@ -65,6 +68,9 @@ func newDescs() descs {
 		syncLimited: g("fanout_sync_push_limited_total",
 			"Anti-entropy rounds in which the peer asked for more than a round pushes, by what it got: cut (the first 10,000 entries "+
 				"or 4 MiB) or held (nothing: it asked for too much in a recent round, and waits out a hold of 1m, doubling to 16m).", with("reason")...),
+		bootstrap: g("fanout_bootstrap_peers",
+			"The peers of this node's bootstrap (its first sync, at start), by how its round with each ended: synced, unreachable "+
+				"(not waited for: the node turns ready without them), failed (an error, or cut short by --sync-timeout).", "result"),
 		syncTimeouts: g("fanout_sync_call_timeouts_total",
 			"Anti-entropy calls to the peer that passed their deadline, by call: digest, pull (silent for --replicate-timeout, "+
 				"or not ended within 1m), push. The round fails; the rounds with the other peers go on.", with("call")...),
@@ -76,12 +82,13 @@ var _ prometheus.Collector = (*Mesh)(nil)
 // Describe implements prometheus.Collector.
 func (m *Mesh) Describe(ch chan<- *prometheus.Desc) {
 	d := &m.d
-	for _, x := range []*prometheus.Desc{d.peers, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
+	for _, x := range []*prometheus.Desc{d.peers, d.up, d.conflict, d.setChanges, d.removedDropped, d.events, d.queue, d.pendingBytes, d.idle, d.breaker, d.rtt,
 		d.syncRounds, d.syncKeys, d.syncBytes, d.syncLast, d.syncDur} {
 		ch <- x
 	}
 	ch <- d.syncLimited
 	ch <- d.syncTimeouts
+	ch <- d.bootstrap
 	d.budget.describe(ch)
 }
 
@@ -94,10 +101,16 @@ func (m *Mesh) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
+	synced, unreachable, failed := m.readiness.counts()
+	gauge(d.bootstrap, float64(synced), "synced")
+	gauge(d.bootstrap, float64(unreachable), "unreachable")
+	gauge(d.bootstrap, float64(failed), "failed")
 	for _, l := range m.allLinks() {
 		addr, id := l.addr, l.peerNodeID()
 		st := l.b.Stats()
 		gauge(d.peers, boolGauge(!l.removing.Load()), addr, id)
+		up, _ := l.state.get()
+		gauge(d.up, boolGauge(up), addr, id)
 		gauge(d.conflict, boolGauge(l.conflict.Load() != nil), addr, id)
 		for _, kv := range counters(st) {
 			counter(d.events, kv.v, addr, id, kv.k)

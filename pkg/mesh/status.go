@@ -2,6 +2,7 @@ package mesh
 
 import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Peers reports every peer in the set, then those still leaving it: one GetStatus row
@@ -17,7 +18,14 @@ func (m *Mesh) Peers() []*fanoutv1.PeerStatus {
 
 func (l *link) status() *fanoutv1.PeerStatus {
 	st := l.b.Stats()
+	up, changed := l.state.get()
+	var upChanged *timestamppb.Timestamp
+	if !changed.IsZero() {
+		upChanged = timestamppb.New(changed)
+	}
 	return &fanoutv1.PeerStatus{
+		Up:             up,
+		UpChangedAt:    upChanged,
 		Address:        l.addr,
 		NodeId:         l.peerNodeID(),
 		Breaker:        l.br.State().String(),

@@ -118,8 +118,24 @@ func (s *syncStats) status() *fanoutv1.SyncStatus {
 type readiness struct {
 	mu     sync.Mutex
 	ready  bool   // guarded by mu
-	reason string // guarded by mu
-	done   chan struct{}
+	reason string // guarded by mu: the bootstrap's
+	// synced, unreachable, failed count the peers of the bootstrap by how its
+	// round with each ended (failed includes the rounds --sync-timeout cut short).
+	// Guarded by mu.
+	synced, unreachable, failed int
+	done                        chan struct{}
+}
+
+func (r *readiness) count(synced, unreachable, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.synced, r.unreachable, r.failed = synced, unreachable, failed
+}
+
+func (r *readiness) counts() (synced, unreachable, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced, r.unreachable, r.failed
 }
 
 func (r *readiness) set(ready bool, reason string) {
@@ -144,14 +160,46 @@ func (m *Mesh) Ready() <-chan struct{} { return m.readiness.done }
 
 // Readiness reports whether the mesh is ready, and why (or why not) in words: not
 // while Config.ReadyCheck fails, nor before its bootstrap ends. (The node asks it
-// after its own reasons: draining, a data dir that refuses commits.)
+// after its own reasons: draining, a data dir that refuses commits.) Once ready, the
+// reason is live: the peers up and down now, then what the bootstrap found at start.
 func (m *Mesh) Readiness() (bool, string) {
 	if check := m.cfg.ReadyCheck; check != nil {
 		if err := check(); err != nil {
 			return false, "not ready: " + err.Error()
 		}
 	}
-	return m.readiness.get()
+	ready, reason := m.readiness.get()
+	if !ready {
+		return ready, reason
+	}
+	return true, m.liveReason(strings.TrimPrefix(reason, "ready: "))
+}
+
+// noPeers is the bootstrap's reason without peers.
+const noPeers = "no peers to sync with"
+
+// liveReason is a ready node's reason: its peers up and down now (since when), then
+// atStart, the bootstrap's.
+func (m *Mesh) liveReason(atStart string) string {
+	links := m.syncLinks()
+	switch {
+	case len(links) == 0 && atStart == noPeers:
+		return "ready: " + noPeers
+	case len(links) == 0:
+		return "ready: no peers now; at start: " + atStart
+	}
+	now := m.cfg.Now()
+	var down []string
+	for _, l := range links {
+		if up, since := l.state.get(); !up {
+			down = append(down, fmt.Sprintf("%s (for %s)", l.addr, now.Sub(since).Round(time.Second)))
+		}
+	}
+	r := fmt.Sprintf("ready: %d of %d peers up", len(links)-len(down), len(links))
+	if len(down) > 0 {
+		r += "; down: " + strings.Join(down, ", ")
+	}
+	return r + "; at start: " + atStart
 }
 
 func (m *Mesh) newSyncer() (*antientropy.Syncer, error) {
@@ -267,6 +315,12 @@ func (m *Mesh) syncWith(l *link) (antientropy.Result, error) {
 	defer cancel()
 	r, err := m.syncer.Round(ctx, l.conn, &l.sync.gate)
 	l.learn(r.PeerID, r.PeerIncarnation) // its node id for GetStatus; this node itself is dropped
+	switch {
+	case err == nil:
+		l.reached(true)
+	case errors.Is(err, peers.ErrNetwork):
+		l.reached(false)
+	}
 	now := m.cfg.Now()
 	if warn, limited := l.sync.record(r, err, now); warn {
 		m.log.Warn("anti-entropy: the peer asks for more than a round pushes; it gets at most 10,000 entries or 4 MiB a round, "+
@@ -318,7 +372,7 @@ func (m *Mesh) awaitReadyCheck() bool {
 func (m *Mesh) bootstrap() {
 	links := m.syncLinks()
 	if len(links) == 0 {
-		m.readiness.set(true, "ready: no peers to sync with")
+		m.readiness.set(true, "ready: "+noPeers)
 		return
 	}
 	m.readiness.set(false, fmt.Sprintf("syncing with %d peers (bootstrap)", len(links)))
@@ -356,6 +410,7 @@ func (m *Mesh) bootstrap() {
 			}
 		case <-timeout:
 			reason := fmt.Sprintf("ready: --sync-timeout %s passed; synced with %d of %d peers", m.cfg.SyncTimeout, len(synced), len(links))
+			m.readiness.count(len(synced), len(unreachable), len(links)-len(synced)-len(unreachable))
 			m.log.Warn("bootstrap incomplete", "synced", synced, "unreachable", unreachable, "failed", failed, "reason", reason)
 			m.readiness.set(true, reason)
 			return
@@ -365,11 +420,12 @@ func (m *Mesh) bootstrap() {
 	}
 	reason := fmt.Sprintf("ready: synced with %d of %d peers", len(synced), len(links)-self)
 	if len(unreachable) > 0 {
-		reason += fmt.Sprintf("; unreachable: %s", strings.Join(unreachable, ", "))
+		reason += fmt.Sprintf("; unreachable: %s (not waited for: anti-entropy syncs with them once they answer)", strings.Join(unreachable, ", "))
 	}
 	if len(failed) > 0 {
 		reason += fmt.Sprintf("; failed: %s", strings.Join(failed, "; "))
 	}
+	m.readiness.count(len(synced), len(unreachable), len(failed))
 	m.log.Info("bootstrap done", "pulled", pulled, "took", m.cfg.Now().Sub(start).String(), "reason", reason)
 	m.readiness.set(true, reason)
 }

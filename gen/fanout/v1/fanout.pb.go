@@ -1380,8 +1380,15 @@ type PeerStatus struct {
 	// with the same id. Empty when there is no clash. Give every node its own
 	// --node-id (the default, the hostname, is the pod name on Kubernetes).
 	NodeIdConflict string `protobuf:"bytes,24,opt,name=node_id_conflict,json=nodeIdConflict,proto3" json:"node_id_conflict,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// up is the peer's state now, from the last call to it (a Replicate or an
+	// anti-entropy round): true once one was answered, false after one failed to
+	// reach it (a network failure, or its breaker open) until one is answered again.
+	// A peer not called yet is up. up_changed_at is when it last changed (unset: it
+	// never has).
+	Up            bool                   `protobuf:"varint,25,opt,name=up,proto3" json:"up,omitempty"`
+	UpChangedAt   *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=up_changed_at,json=upChangedAt,proto3" json:"up_changed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeerStatus) Reset() {
@@ -1582,6 +1589,20 @@ func (x *PeerStatus) GetNodeIdConflict() string {
 	return ""
 }
 
+func (x *PeerStatus) GetUp() bool {
+	if x != nil {
+		return x.Up
+	}
+	return false
+}
+
+func (x *PeerStatus) GetUpChangedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpChangedAt
+	}
+	return nil
+}
+
 // PeerError is one failed Replicate call to a peer.
 type PeerError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1590,9 +1611,12 @@ type PeerError struct {
 	// (retried after --congestion-retry-delay), "too_large" (the peer refused the
 	// request for its size: the batch is split and sent again at once, an event
 	// refused alone is dropped) or "permanent" (the batch is dropped).
-	Class         string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	Class   string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	At      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// recovered_at is when a call to the peer was first answered after this error:
+	// the error is history then. Unset while it is the peer's current state.
+	RecoveredAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=recovered_at,json=recoveredAt,proto3" json:"recovered_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1644,6 +1668,13 @@ func (x *PeerError) GetMessage() string {
 func (x *PeerError) GetAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.At
+	}
+	return nil
+}
+
+func (x *PeerError) GetRecoveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecoveredAt
 	}
 	return nil
 }
@@ -1878,7 +1909,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\x0emax_tombstones\x18\f \x01(\x04R\rmaxTombstones\x12.\n" +
 	"\x13max_tombstone_bytes\x18\r \x01(\x04R\x11maxTombstoneBytes\x12'\n" +
 	"\x0fcollected_early\x18\x0e \x01(\x04R\x0ecollectedEarly\x12!\n" +
-	"\frefused_peer\x18\x0f \x01(\x04R\vrefusedPeer\"\x89\x06\n" +
+	"\frefused_peer\x18\x0f \x01(\x04R\vrefusedPeer\"\xd9\x06\n" +
 	"\n" +
 	"PeerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x17\n" +
@@ -1910,11 +1941,14 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\ttoo_large\x18\x15 \x01(\x04R\btooLarge\x12#\n" +
 	"\rpending_bytes\x18\x16 \x01(\x04R\fpendingBytes\x12\x1a\n" +
 	"\bremoving\x18\x17 \x01(\bR\bremoving\x12(\n" +
-	"\x10node_id_conflict\x18\x18 \x01(\tR\x0enodeIdConflict\"g\n" +
+	"\x10node_id_conflict\x18\x18 \x01(\tR\x0enodeIdConflict\x12\x0e\n" +
+	"\x02up\x18\x19 \x01(\bR\x02up\x12>\n" +
+	"\rup_changed_at\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\vupChangedAt\"\xa6\x01\n" +
 	"\tPeerError\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xe4\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12=\n" +
+	"\frecovered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vrecoveredAt\"\xe4\x02\n" +
 	"\n" +
 	"SyncStatus\x12\x16\n" +
 	"\x06rounds\x18\x01 \x01(\x04R\x06rounds\x12\x16\n" +
@@ -2013,24 +2047,26 @@ var file_fanout_v1_fanout_proto_depIdxs = []int32{
 	15, // 16: fanout.v1.GetStatusResponse.state:type_name -> fanout.v1.StateStatus
 	18, // 17: fanout.v1.PeerStatus.sync:type_name -> fanout.v1.SyncStatus
 	17, // 18: fanout.v1.PeerStatus.last_error:type_name -> fanout.v1.PeerError
-	21, // 19: fanout.v1.PeerError.at:type_name -> google.protobuf.Timestamp
-	21, // 20: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
-	20, // 21: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
-	4,  // 22: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
-	4,  // 23: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
-	8,  // 24: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
-	11, // 25: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
-	13, // 26: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
-	5,  // 27: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
-	5,  // 28: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
-	9,  // 29: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
-	12, // 30: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
-	14, // 31: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
-	27, // [27:32] is the sub-list for method output_type
-	22, // [22:27] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	21, // 19: fanout.v1.PeerStatus.up_changed_at:type_name -> google.protobuf.Timestamp
+	21, // 20: fanout.v1.PeerError.at:type_name -> google.protobuf.Timestamp
+	21, // 21: fanout.v1.PeerError.recovered_at:type_name -> google.protobuf.Timestamp
+	21, // 22: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
+	20, // 23: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
+	4,  // 24: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
+	4,  // 25: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
+	8,  // 26: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
+	11, // 27: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
+	13, // 28: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
+	5,  // 29: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
+	5,  // 30: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
+	9,  // 31: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
+	12, // 32: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
+	14, // 33: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_fanout_proto_init() }
