@@ -136,6 +136,10 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 // Close closes the connection. Watches, caches and publishers on it fail afterwards.
 func (c *Client) Close() error { return c.cc.Close() }
 
+// Conn is the gRPC connection, for other services on the app listener (the health
+// service, reflection).
+func (c *Client) Conn() *grpc.ClientConn { return c.cc }
+
 // API is the generated client on the same connection, for what this package does not
 // wrap (GetStatus, Subscribe with options of your own).
 func (c *Client) API() fanoutv1.FanoutServiceClient { return c.api }
