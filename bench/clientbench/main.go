@@ -48,6 +48,7 @@ type config struct {
 	warmup     time.Duration
 	modes      []string
 	serveFlags []string
+	inFlight   int
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of a run")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "load before each run's measured time")
 	flag.StringVar(&modes, "modes", "unary,publisher", "modes, in the order of each round: unary, publisher")
+	flag.IntVar(&cfg.inFlight, "max-in-flight", 0, "the publisher's MaxInFlight (0: its default)")
 	flag.StringVar(&serveFlags, "serve-flags", "", "extra serve flags for the spawned nodes, space-separated")
 	flag.Parse()
 	cfg.modes = strings.Split(modes, ",")
@@ -162,7 +164,7 @@ func runOnce(cfg config, c *client.Client, mode string, ack client.AckPolicy, pi
 	var pub *client.Publisher
 	if mode == "publisher" {
 		var err error
-		pub, err = client.NewPublisher(c, client.PublisherConfig{Ack: ack})
+		pub, err = client.NewPublisher(c, client.PublisherConfig{Ack: ack, MaxInFlight: cfg.inFlight})
 		if err != nil {
 			return result{}, err
 		}
