@@ -202,7 +202,12 @@ func TestPublisherStreamBreaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // sent, unanswered
+	for p.Stats().Requests < 2 { // sent (in flight once counted), unanswered
+		if ctx.Err() != nil {
+			t.Fatal("the second put was never sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	n.kill()
 	if _, err := f.Wait(ctx); !errors.Is(err, client.ErrUnavailable) {
 		t.Errorf("a put in flight when the sidecar died: %v, want ErrUnavailable", err)

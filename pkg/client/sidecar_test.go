@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -254,11 +255,54 @@ func (n *node) restart() {
 	n.waitReady()
 }
 
+// signal sends sig to the process. SIGSTOP returns once every thread has stopped:
+// kill(2) wakes one thread to begin the group stop, and until it has run the others
+// run on, so a thread that network data woke can still answer a call (on a loaded
+// machine, a "stopped" peer acknowledged an event).
 func (n *node) signal(sig syscall.Signal) {
 	n.t.Helper()
 	if err := n.cmd.Process.Signal(sig); err != nil {
 		n.t.Fatal(err)
 	}
+	if sig != syscall.SIGSTOP {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := allStopped(n.cmd.Process.Pid)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("node %s not stopped 30s after SIGSTOP: %v", n.id, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether every thread of process pid is in state T (stopped),
+// from /proc/<pid>/task/<tid>/stat.
+func allStopped(pid int) error {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
+		if err != nil {
+			return err
+		}
+		// "tid (comm) S ...": the state follows the last ')'; comm may hold spaces.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return fmt.Errorf("thread %s: unreadable stat %q", t.Name(), b)
+		}
+		if st := b[i+2]; st != 'T' {
+			return fmt.Errorf("thread %s is in state %c", t.Name(), st)
+		}
+	}
+	return nil
 }
 
 // within returns a context that ends after d, cancelled at the test's end.
