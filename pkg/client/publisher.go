@@ -12,6 +12,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -79,6 +80,7 @@ func (f *Pending) Wait(ctx context.Context) (Result, error) {
 
 func (f *Pending) resolve(r Result, err error) {
 	f.res, f.err = r, err
+	f.ev = nil // a Pending the caller keeps does not hold the payload
 	close(f.done)
 }
 
@@ -89,7 +91,10 @@ func (f *Pending) resolve(r Result, err error) {
 // requests. Memory is bounded by MaxBytes. Safe for concurrent use.
 //
 // A stream that breaks fails the events in flight on it (their *Error says why: they
-// may or may not have been applied); the next batch opens a new stream.
+// may or may not have been applied); the next batch opens a new stream. A request the
+// sidecar refuses whole (INVALID_ARGUMENT, which ends the stream: an event with a
+// version past its bounds, say) fails no innocent event: each event that was in
+// flight is submitted again alone, and only the bad one fails (ErrInvalid).
 type Publisher struct {
 	c   *Client
 	cfg PublisherConfig
@@ -348,7 +353,6 @@ func (p *Publisher) request(id uint64, batch []*Pending) *fanoutv1.SubmitRequest
 	req := &fanoutv1.SubmitRequest{RequestId: id, Ack: fanoutv1.AckPolicy(p.cfg.Ack), Events: make([]*fanoutv1.Event, len(batch))}
 	for i, f := range batch {
 		req.Events[i] = f.ev
-		f.ev = nil // the request holds it until sent; a Pending kept by the caller does not
 	}
 	if p.cfg.AckTimeout > 0 {
 		req.AckTimeout = durationpb.New(p.cfg.AckTimeout)
@@ -400,7 +404,6 @@ func (p *Publisher) receive(st *pubStream) {
 				delete(st.inflight, id)
 				p.flight--
 			}
-			p.freeLocked(lost)
 			closed := p.closed
 			p.mu.Unlock()
 			switch {
@@ -408,9 +411,18 @@ func (p *Publisher) receive(st *pubStream) {
 				err = ErrClosed
 			case errors.Is(err, io.EOF):
 				err = &Error{Op: "publish", Code: codes.Unavailable, Msg: "the sidecar ended the stream"}
+			case status.Code(err) == codes.InvalidArgument:
+				// One request was refused whole, and the stream with it: one event the
+				// client cannot check (a version past the sidecar's bounds, say). Each
+				// event in flight goes again alone, so that only the bad one fails.
+				p.alone(lost)
+				lost = nil
 			default:
 				err = wrap("publish", "", err)
 			}
+			p.mu.Lock()
+			p.freeLocked(lost)
+			p.mu.Unlock()
 			fail(lost, err)
 			p.poke()
 			return
@@ -436,6 +448,34 @@ func (p *Publisher) receive(st *pubStream) {
 			f.resolve(rs[i], rs[i].err("publish", f.key))
 		}
 	}
+}
+
+// alone submits each event of lost by itself (unary Submit) and resolves it, then
+// frees their bytes. An event that was applied before the stream ended is applied
+// again: with the sidecar's versions, as a newer version of the same value; with its
+// own version, it is answered STALE.
+func (p *Publisher) alone(lost []*Pending) {
+	for _, f := range lost {
+		req := p.request(0, []*Pending{f})
+		req.RequestId = 0
+		resp, err := p.c.api.Submit(p.ctx, req)
+		switch {
+		case p.ctx.Err() != nil:
+			f.resolve(Result{}, ErrClosed)
+		case err != nil:
+			f.resolve(Result{}, wrap("publish", f.key, err))
+		default:
+			rs := results(resp)
+			if len(rs) != 1 {
+				f.resolve(Result{}, &Error{Op: "publish", Key: f.key, Code: codeInternal, Msg: fmt.Sprintf("the sidecar answered %d results for 1 event", len(rs))})
+				continue
+			}
+			f.resolve(rs[0], rs[0].err("publish", f.key))
+		}
+	}
+	p.mu.Lock()
+	p.freeLocked(lost)
+	p.mu.Unlock()
 }
 
 // freeLocked gives the bytes of batch back and wakes the Puts waiting for room.

@@ -232,3 +232,52 @@ func TestPublisherStreamBreaks(t *testing.T) {
 		t.Errorf("stats %+v: want a new stream after the break", st)
 	}
 }
+
+// TestPublisherInvalidFailsAlone: an event the sidecar refuses (a version past its
+// bounds, which the client cannot check) ends the stream with INVALID_ARGUMENT; the
+// events batched with it are submitted again alone and accepted, and only it fails.
+func TestPublisherInvalidFailsAlone(t *testing.T) {
+	n := startNodes(t, 1)[0]
+	c := dial(t, n.app)
+	ctx := within(t, time.Minute)
+	p, err := client.NewPublisher(c, client.PublisherConfig{MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if f, err := p.Put(ctx, "alone/open", []byte("x")); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.signal(syscall.SIGSTOP)
+	first, _ := p.Put(ctx, "alone/first", []byte("x"))
+	for p.Stats().Requests < 2 { // first in flight: the next ones wait, and batch
+		time.Sleep(time.Millisecond)
+	}
+	good1, _ := p.Put(ctx, "alone/good1", []byte("x"))
+	bad, _ := p.Put(ctx, "alone/bad", []byte("x"), client.WithVersion(^uint64(0)))
+	good2, _ := p.Put(ctx, "alone/good2", []byte("x"))
+	n.signal(syscall.SIGCONT)
+	for name, f := range map[string]*client.Pending{"first": first, "good1": good1, "good2": good2} {
+		if r, err := f.Wait(ctx); err != nil || r.Outcome != client.Accepted {
+			t.Errorf("%s: %+v %v, want accepted", name, r, err)
+		}
+	}
+	if _, err := bad.Wait(ctx); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "version") {
+		t.Errorf("the bad version: %v, want ErrInvalid naming the version", err)
+	}
+	st := p.Stats()
+	if st.Requests != 3 {
+		t.Errorf("stats %+v: want 3 requests on the stream (open, first, the batch of three)", st)
+	}
+	got, err := c.Get(ctx, "alone/good1", "alone/good2", "alone/bad")
+	if err != nil || len(got) != 2 {
+		t.Errorf("get: %v %v, want good1 and good2", got, err)
+	}
+	if f, err := p.Put(ctx, "alone/after", []byte("x")); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.Wait(ctx); err != nil {
+		t.Errorf("a put after: %v", err)
+	}
+}
