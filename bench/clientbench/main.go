@@ -49,6 +49,7 @@ type config struct {
 	modes      []string
 	serveFlags []string
 	inFlight   int
+	batch      int
 }
 
 func main() {
@@ -65,7 +66,8 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of each mode, interleaved")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time of a run")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "load before each run's measured time")
-	flag.StringVar(&modes, "modes", "unary,publisher", "modes, in the order of each round: unary, publisher")
+	flag.StringVar(&modes, "modes", "unary,publisher", "modes, in the order of each round: unary (Client.Put), publisher (Publisher.Put, then Wait), publisher1 (the same with one event per request and 64 in flight: the sidecar answers runs of requests in windows)")
+	flag.IntVar(&cfg.batch, "max-batch-events", 0, "the publisher's MaxBatchEvents (0: its default, 10000)")
 	flag.IntVar(&cfg.inFlight, "max-in-flight", 0, "the publisher's MaxInFlight (0: its default)")
 	flag.StringVar(&serveFlags, "serve-flags", "", "extra serve flags for the spawned nodes, space-separated")
 	flag.Parse()
@@ -87,6 +89,7 @@ type result struct {
 	lat       loadkit.Latency
 	cpuPerEvt time.Duration // all nodes
 	requests  uint64        // publisher: requests sent in the measured window
+	answers   uint64        // publisher: answers received in the measured window
 }
 
 func run(cfg config) error {
@@ -95,8 +98,8 @@ func run(cfg config) error {
 		return fmt.Errorf("--ack %q: want queued, one, quorum or all", cfg.ack)
 	}
 	for _, m := range cfg.modes {
-		if m != "unary" && m != "publisher" {
-			return fmt.Errorf("--modes: %q: want unary or publisher", m)
+		if m != "unary" && m != "publisher" && m != "publisher1" {
+			return fmt.Errorf("--modes: %q: want unary, publisher or publisher1", m)
 		}
 	}
 	addr := cfg.appAddr
@@ -141,10 +144,10 @@ func run(cfg config) error {
 }
 
 func batchNote(r result) string {
-	if r.mode != "publisher" || r.requests == 0 {
+	if r.mode == "unary" || r.requests == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  (%.1f events per request)", float64(r.events)/float64(r.requests))
+	return fmt.Sprintf("  (%.1f events per request, %.2f answers per request)", float64(r.events)/float64(r.requests), float64(r.answers)/float64(r.requests))
 }
 
 func median(rs []result, f func(result) float64) float64 {
@@ -162,9 +165,13 @@ func median(rs []result, f func(result) float64) float64 {
 // runOnce runs one mode: warm-up, then the measured window.
 func runOnce(cfg config, c *client.Client, mode string, ack client.AckPolicy, pids []int, round int) (result, error) {
 	var pub *client.Publisher
-	if mode == "publisher" {
+	if mode != "unary" {
+		pc := client.PublisherConfig{Ack: ack, MaxInFlight: cfg.inFlight, MaxBatchEvents: cfg.batch}
+		if mode == "publisher1" { // one event per request: answers in windows
+			pc.MaxBatchEvents, pc.MaxInFlight = 1, 64
+		}
 		var err error
-		pub, err = client.NewPublisher(c, client.PublisherConfig{Ack: ack, MaxInFlight: cfg.inFlight})
+		pub, err = client.NewPublisher(c, pc)
 		if err != nil {
 			return result{}, err
 		}
@@ -221,9 +228,9 @@ func runOnce(cfg config, c *client.Client, mode string, ack client.AckPolicy, pi
 	}
 	time.Sleep(cfg.warmup)
 	cpu0 := nodesCPU(pids)
-	var req0 uint64
+	var st0 client.PublisherStats
 	if pub != nil {
-		req0 = pub.Stats().Requests
+		st0 = pub.Stats()
 	}
 	t0 := time.Now()
 	measuring.Store(true)
@@ -233,7 +240,8 @@ func runOnce(cfg config, c *client.Client, mode string, ack client.AckPolicy, pi
 	cpu1 := nodesCPU(pids)
 	res := result{mode: mode}
 	if pub != nil {
-		res.requests = pub.Stats().Requests - req0
+		st1 := pub.Stats()
+		res.requests, res.answers = st1.Requests-st0.Requests, st1.Answers-st0.Answers
 	}
 	cancel()
 	wg.Wait()

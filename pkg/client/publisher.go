@@ -113,19 +113,21 @@ type Publisher struct {
 	nextID uint64
 	flight int // requests in flight, on every stream
 
-	requests, events, streams atomic.Uint64
+	requests, events, streams, answers atomic.Uint64
 }
 
 // PublisherStats counts what a Publisher sent.
 type PublisherStats struct {
 	// Requests and Events count the SubmitRequests sent and the events in them
-	// (Events/Requests is the mean batch); Streams the SubmitStreams opened.
-	Requests, Events, Streams uint64
+	// (Events/Requests is the mean batch); Streams the SubmitStreams opened;
+	// Answers the SubmitResponses received (fewer than Requests when the sidecar
+	// answered windows of requests in one message).
+	Requests, Events, Streams, Answers uint64
 }
 
 // Stats returns the publisher's counters.
 func (p *Publisher) Stats() PublisherStats {
-	return PublisherStats{Requests: p.requests.Load(), Events: p.events.Load(), Streams: p.streams.Load()}
+	return PublisherStats{Requests: p.requests.Load(), Events: p.events.Load(), Streams: p.streams.Load(), Answers: p.answers.Load()}
 }
 
 // pubStream is one SubmitStream and its requests in flight.
@@ -321,6 +323,12 @@ func (p *Publisher) sendOne() bool {
 		st.inflight[id] = batch
 		p.flight++
 		req := p.request(id, batch)
+		// More events queued, and room to send them now: the next request follows at
+		// once (this goroutine's next sendOne), so this one's answer may wait for it
+		// and share its message (API v1.2; an older sidecar ignores the flag). Never
+		// on the last request there is: the sidecar would hold its answer until
+		// another request came.
+		req.WindowAnswers = len(p.queue) > 0 && p.flight < p.cfg.MaxInFlight
 		p.mu.Unlock()
 		// An error means the stream broke: its receiver's Recv fails too, and fails
 		// what was in flight on it, this batch included.
@@ -427,25 +435,44 @@ func (p *Publisher) receive(st *pubStream) {
 			p.poke()
 			return
 		}
+		p.answers.Add(1)
+		// One answer covers the requests of request_ids (a window, API v1.2), their
+		// results concatenated in that order; or request_id alone.
+		ids := resp.GetRequestIds()
+		if len(ids) == 0 {
+			ids = []uint64{resp.GetRequestId()}
+		}
+		batches := make([][]*Pending, 0, len(ids))
 		p.mu.Lock()
-		batch, ok := st.inflight[resp.GetRequestId()]
-		if ok {
-			delete(st.inflight, resp.GetRequestId())
-			p.flight--
-			p.freeLocked(batch)
+		for _, id := range ids {
+			if b, ok := st.inflight[id]; ok {
+				delete(st.inflight, id)
+				p.flight--
+				p.freeLocked(b)
+				batches = append(batches, b)
+			} else {
+				batches = append(batches, nil) // not ours: its results are skipped
+			}
 		}
 		p.mu.Unlock()
 		p.poke()
-		if !ok {
-			continue // not ours: nothing waits for it
-		}
 		rs := results(resp)
-		if len(rs) != len(batch) {
-			fail(batch, &Error{Op: "publish", Code: codeInternal, Msg: fmt.Sprintf("the sidecar answered %d results for %d events", len(rs), len(batch))})
+		n := 0
+		for _, b := range batches {
+			n += len(b)
+		}
+		if len(rs) != n {
+			for _, b := range batches {
+				fail(b, &Error{Op: "publish", Code: codeInternal, Msg: fmt.Sprintf("the sidecar answered %d results for %d events of %d requests", len(rs), n, len(ids))})
+			}
 			continue
 		}
-		for i, f := range batch {
-			f.resolve(rs[i], rs[i].err("publish", f.key))
+		i := 0
+		for _, b := range batches {
+			for _, f := range b {
+				f.resolve(rs[i], rs[i].err("publish", f.key))
+				i++
+			}
 		}
 	}
 }

@@ -281,3 +281,60 @@ func TestPublisherInvalidFailsAlone(t *testing.T) {
 		t.Errorf("a put after: %v", err)
 	}
 }
+
+// TestPublisherWindows: with one event per request (MaxBatchEvents 1) and 64
+// goroutines, the publisher sends runs of requests back to back, each but the last
+// with window_answers; the sidecar answers a run in one message (API v1.2), so there
+// are fewer answers than requests, and every event still gets its own result: the
+// version and revision the node holds for its key.
+func TestPublisherWindows(t *testing.T) {
+	n := startNodes(t, 1)[0]
+	c := dial(t, n.app)
+	ctx := within(t, time.Minute)
+	p, err := client.NewPublisher(c, client.PublisherConfig{MaxBatchEvents: 1, MaxInFlight: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const writers, each = 64, 40
+	results := make([][]client.Result, writers)
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				f, err := p.Put(ctx, fmt.Sprintf("win/g%02d/k%02d", g, i), []byte(fmt.Sprint(g, "-", i)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				r, err := f.Wait(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[g] = append(results[g], r)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	got, err := c.ListAll(ctx, "win/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := range writers {
+		for i, r := range results[g] {
+			e := got[fmt.Sprintf("win/g%02d/k%02d", g, i)]
+			if r.Outcome != client.Accepted || e.Version != r.Version || e.Revision != r.Revision || string(e.Value) != fmt.Sprint(g, "-", i) {
+				t.Fatalf("g%d k%d: result %+v, the node holds %+v", g, i, r, e)
+			}
+		}
+	}
+	st := p.Stats()
+	t.Logf("%+v: %.2f answers per request", st, float64(st.Answers)/float64(st.Requests))
+	if st.Requests != writers*each || st.Answers >= st.Requests {
+		t.Errorf("stats %+v: want %d requests of one event, and fewer answers (windows)", st, writers*each)
+	}
+}
