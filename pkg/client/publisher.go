@@ -54,6 +54,7 @@ type PublisherConfig struct {
 
 // Pending is the result of one Publisher.Put, once the sidecar has answered.
 type Pending struct {
+	p    *Publisher
 	key  string
 	ev   *fanoutv1.Event
 	size int
@@ -82,6 +83,9 @@ func (f *Pending) resolve(r Result, err error) {
 	f.res, f.err = r, err
 	f.ev = nil // a Pending the caller keeps does not hold the payload
 	close(f.done)
+	f.p.mu.Lock()
+	delete(f.p.unresolved, f)
+	f.p.mu.Unlock()
 }
 
 // Publisher pipelines and batches concurrent puts onto one SubmitStream. Put queues
@@ -109,9 +113,12 @@ type Publisher struct {
 	used   int           // bytes queued and in flight
 	space  chan struct{} // closed when bytes are freed
 	queue  []*Pending
-	cur    *pubStream
-	nextID uint64
-	flight int // requests in flight, on every stream
+	// unresolved holds every Pending not yet resolved (queued, in flight, or being
+	// failed or sent again alone after its stream ended), for Flush.
+	unresolved map[*Pending]struct{}
+	cur        *pubStream
+	nextID     uint64
+	flight     int // requests in flight, on every stream
 
 	requests, events, streams, answers atomic.Uint64
 }
@@ -169,7 +176,8 @@ func NewPublisher(c *Client, cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("client: PublisherConfig.AckTimeout %s: negative", cfg.AckTimeout)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{c: c, cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), space: make(chan struct{})}
+	p := &Publisher{c: c, cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), space: make(chan struct{}),
+		unresolved: make(map[*Pending]struct{})}
 	p.wg.Add(1)
 	go p.send()
 	return p, nil
@@ -198,7 +206,7 @@ func (p *Publisher) put(ctx context.Context, op, key string, value []byte, delet
 	}
 	o := collect(opts)
 	ev := o.event(key, value, deleted)
-	f := &Pending{key: key, ev: ev, size: proto.Size(ev) + 8, done: make(chan struct{})}
+	f := &Pending{p: p, key: key, ev: ev, size: proto.Size(ev) + 8, done: make(chan struct{})}
 	p.mu.Lock()
 	for !p.closed && p.used > 0 && p.used+f.size > p.cfg.MaxBytes {
 		space := p.space
@@ -216,6 +224,7 @@ func (p *Publisher) put(ctx context.Context, op, key string, value []byte, delet
 	}
 	p.used += f.size
 	p.queue = append(p.queue, f)
+	p.unresolved[f] = struct{}{}
 	p.mu.Unlock()
 	p.poke()
 	return f, nil
@@ -231,16 +240,11 @@ func (p *Publisher) poke() {
 // Flush waits until every event Put before the call is answered, or ctx ends.
 func (p *Publisher) Flush(ctx context.Context) error {
 	p.mu.Lock()
-	var wait []*Pending
-	wait = append(wait, p.queue...)
-	if p.cur != nil {
-		for _, b := range p.cur.inflight {
-			wait = append(wait, b...)
-		}
+	wait := make([]*Pending, 0, len(p.unresolved))
+	for f := range p.unresolved {
+		wait = append(wait, f)
 	}
 	p.mu.Unlock()
-	// Requests on a stream that broke are failed by its receiver, which took them
-	// off p.cur first; they are answered already or about to be.
 	for _, f := range wait {
 		select {
 		case <-f.done:
@@ -304,13 +308,14 @@ func (p *Publisher) sendOne() bool {
 	for {
 		st, err := p.stream()
 		if err != nil {
+			err = wrap("publish", "", err)
 			if p.ctx.Err() != nil {
 				err = ErrClosed
 			}
 			p.mu.Lock()
 			p.freeLocked(batch)
 			p.mu.Unlock()
-			fail(batch, wrap("publish", "", err))
+			fail(batch, err)
 			return true
 		}
 		p.mu.Lock()
