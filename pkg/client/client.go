@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // MaxReplyBytes bounds one message the client accepts from the sidecar. gRPC's
@@ -254,14 +255,23 @@ type Entry struct {
 	Origin string
 	// Revision is the sidecar's node-local revision of this change (rising per node,
 	// not comparable between nodes or across a restart).
-	Revision    uint64
-	Attributes  map[string]string
+	Revision   uint64
+	Attributes map[string]string
+	// SubmittedAt is when the origin sidecar accepted the write (zero if unknown).
 	SubmittedAt time.Time
 	Deleted     bool
 }
 
 func entry(e *fanoutv1.Entry) Entry {
-	return fromEvent(e.GetEvent(), e.GetOriginNode(), e.GetRevision(), e.GetSubmittedAt().AsTime())
+	return fromEvent(e.GetEvent(), e.GetOriginNode(), e.GetRevision(), asTime(e.GetSubmittedAt()))
+}
+
+// asTime is t as a time.Time, the zero time if the sidecar did not say.
+func asTime(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
 }
 
 func fromEvent(ev *fanoutv1.Event, origin string, rev uint64, at time.Time) Entry {

@@ -184,7 +184,7 @@ func (w *Watch) step() error {
 		return nil
 	}
 	if resp.GetEvent() != nil {
-		w.take(fromEvent(resp.GetEvent(), resp.GetOriginNode(), resp.GetRevision(), resp.GetSubmittedAt().AsTime()))
+		w.take(fromEvent(resp.GetEvent(), resp.GetOriginNode(), resp.GetRevision(), asTime(resp.GetSubmittedAt())))
 	}
 	return nil
 }
