@@ -187,7 +187,8 @@ func NewPublisher(c *Client, cfg PublisherConfig) (*Publisher, error) {
 // while MaxBytes are queued and in flight, until earlier events are answered or ctx
 // ends (ctx's error, nothing queued). Per-event options: WithVersion, WithTTL,
 // WithAttributes. A key or payload the sidecar would refuse fails at once (ErrInvalid),
-// so that it never fails the batch it would go in.
+// so that it never fails the batch it would go in. value (and the attributes) are not
+// copied: leave them unchanged until the Pending is done.
 func (p *Publisher) Put(ctx context.Context, key string, value []byte, opts ...PutOption) (*Pending, error) {
 	return p.put(ctx, "publish", key, value, false, opts)
 }
