@@ -31,7 +31,7 @@ type kvClient struct {
 	prefix string // bench.<run start in hex>.
 	next   uint64
 	stall  time.Duration // how long a put waits for room under kvMaxPending
-	errs   atomic.Int64 // puts whose acknowledgement was an error
+	errs   atomic.Int64  // puts whose acknowledgement was an error
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
