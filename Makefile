@@ -107,9 +107,10 @@ bench-compare:
 	bash bench/compare.sh
 
 ## bench-transports: the mesh against --transport=jetstream (a 3-server NATS JetStream
-## cluster of the pinned nats-server) at N = 3, 5, 9, 17 sidecars, 500 events/s, and the
-## JetStream transport saturated against a plain NATS KV client; 3 interleaved runs
-## (~15 min; QUICK=1 for a smoke test). Method and columns: bench/transports.sh --help.
+## cluster of the pinned nats-server) and a plain NATS KV client at N = 3, 5, 9, 17
+## sidecars (watchers), 500 events/s, and the JetStream transport saturated against the
+## KV client; 3 interleaved runs (~20 min; QUICK=1 for a smoke test, ~1 min). Method and
+## columns: bench/transports.sh --help.
 bench-transports:
 	bash bench/transports.sh
 

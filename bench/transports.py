@@ -8,7 +8,8 @@
 
 CPU figures: "cluster" is every process the events go through but the bench client
 itself: the sidecars, and on the JetStream transport the NATS servers too (engine);
-"origin" is the sidecar the publisher submits to (bench-0). Per submitted event is per
+"origin" is the sidecar the publisher submits to (bench-0). The nats-kv rows are the
+anchor, a plain NATS KV client (natsbench --kv): its CPU is the NATS servers' alone. Per submitted event is per
 event the publisher submitted in the measured window; per delivered, per event a
 subscriber received (submitted x (N - 1) when nothing is lost).
 """
@@ -149,11 +150,11 @@ def summary(rows, out=sys.stdout):
         # Slopes per run, and the crossover.
         p("\nCPU per added node (µs per submitted event; least squares over N, per run) and where JetStream becomes cheaper:")
         p()
-        p("| run | mesh cluster slope | jetstream cluster slope | mesh origin slope | jetstream origin slope | crossover N (fit) | first measured N where jetstream is cheaper |")
-        p("|---|---|---|---|---|---|---|")
+        p("| run | mesh cluster slope | jetstream cluster slope | nats-kv cluster slope | mesh origin slope | jetstream origin slope | crossover N (fit) | first measured N where jetstream is cheaper |")
+        p("|---|---|---|---|---|---|---|---|")
         for run in sorted({r["run"] for r in fixed}):
             lines, firsts = {}, {}
-            for s in ("mesh", "jetstream"):
+            for s in ("mesh", "jetstream", "nats-kv"):
                 rs = [r for r in fixed if r["run"] == run and r["system"] == s]
                 lines[s] = {k: fit([(r["nodes"], r[k]) for r in rs if r.get(k) is not None])
                             for k in ("cluster_us_per_submitted", "origin_us_per_submitted")}
@@ -161,7 +162,8 @@ def summary(rows, out=sys.stdout):
             cm, cj = lines["mesh"]["cluster_us_per_submitted"], lines["jetstream"]["cluster_us_per_submitted"]
             om, oj = lines["mesh"]["origin_us_per_submitted"], lines["jetstream"]["origin_us_per_submitted"]
             x = crossover(cm, cj) if cm and cj else None
-            p(f"| {run} | {fmt(cm and cm[1])} | {fmt(cj and cj[1])} | {fmt(om and om[1])} | {fmt(oj and oj[1])} | "
+            ck = lines["nats-kv"]["cluster_us_per_submitted"]
+            p(f"| {run} | {fmt(cm and cm[1])} | {fmt(cj and cj[1])} | {fmt(ck and ck[1])} | {fmt(om and om[1])} | {fmt(oj and oj[1])} | "
               f"{fmt(x)} | {fmt(first_cheaper(firsts['mesh'], firsts['jetstream']), '{}')} |")
     if sat:
         p("\nthe anchor: saturated, the JetStream transport against a NATS KV client doing the same work (same servers, same N):")

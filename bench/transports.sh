@@ -4,13 +4,14 @@
 # tools/go.mod), with `sidecar bench`, and the JetStream transport's saturated
 # throughput against a plain NATS KV client doing the same work (the anchor).
 #
-#   bash bench/transports.sh           # RUNS (3) interleaved runs, ~15 min
+#   bash bench/transports.sh           # RUNS (3) interleaved runs, ~20 min
 #   bash bench/transports.sh --quick   # smoke test: 1 run, N = 3, 2 s per measurement
 #
 # Matrix, in this order: for each run, for each N in NODES (3 5 9 17), both transports
-# (mesh first in odd runs, jetstream first in even ones): `sidecar bench --spawn N` at
-# RATE (500) events/s, BATCH (1) per Submit, one publisher on node 0 and a subscriber
-# on every other node. The JetStream rows get a fresh NATS cluster each
+# and the anchor (mesh, jetstream, nats-kv in odd runs; the other way round in even
+# ones): `sidecar bench --spawn N` at RATE (500) events/s, BATCH (1) per Submit, one
+# publisher on node 0 and a subscriber on every other node; nats-kv is `natsbench
+# --kv --watchers N-1`, the same puts and N-1 KV watchers on the NATS servers. The JetStream rows get a fresh NATS cluster each
 # (`natsbench --hold`), whose servers' CPU, peak RSS and TCP connections `sidecar
 # bench --engine-pid` reads over the same window as the sidecars': the servers are the
 # engine, so their CPU is part of the cluster's. Then the anchor at SAT_N (3) sidecars
@@ -133,11 +134,16 @@ echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(go ver
 echo "results: $results (stderr of the benches: $log)" >&2
 for run in $(seq "$RUNS"); do
   wait_quiet
-  order=(mesh jetstream)
-  if [ $((run % 2)) = 0 ]; then order=(jetstream mesh); fi
+  order=(mesh jetstream nats-kv)
+  if [ $((run % 2)) = 0 ]; then order=(nats-kv jetstream mesh); fi
   for n in $NODES; do
     for t in "${order[@]}"; do
-      measure "rate$RATE" "$n" "$t" bin/sidecar bench --spawn "$n" "${common[@]}" --rate "$RATE" --batch "$BATCH"
+      if [ "$t" = nats-kv ]; then
+        measure "rate$RATE" "$n" nats-kv bin/natsbench --spawn "$NATS_SERVERS" --nats-server bin/nats-server --kv fanout \
+          --watchers $((n - 1)) --duration "$DURATION" --warmup "$WARMUP" --payload "$PAYLOAD" --rate "$RATE" --batch "$BATCH" --interval 0
+      else
+        measure "rate$RATE" "$n" "$t" bin/sidecar bench --spawn "$n" "${common[@]}" --rate "$RATE" --batch "$BATCH"
+      fi
     done
   done
   sat=(jetstream nats-kv)

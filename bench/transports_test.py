@@ -81,7 +81,7 @@ class Lines(unittest.TestCase):
         out = io.StringIO()
         t.summary(rows, out)
         text = out.getvalue()
-        self.assertIn("| 1 | 20.0 | 5.0 |", text)  # the slopes of run 1
+        self.assertIn("| 1 | 20.0 | 5.0 | - |", text)  # the slopes of run 1 (no nats-kv rows)
         self.assertIn("| 20.0 |", text)  # the crossover
         self.assertIn("per run: 10.00, 10.00, 10.00", text)  # 2000/s against 200/s
 

@@ -89,10 +89,20 @@ func (b *bench) connectKV(ctx context.Context, pubURL string, subURLs []string) 
 	b.kv = k
 	cctx, ccancel := context.WithTimeout(ctx, b.o.readyTimeout)
 	defer ccancel()
-	if _, err := k.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{
-		Bucket: b.o.kv, History: 1, Storage: jetstream.FileStorage, Replicas: b.o.replicas,
-	}); err != nil {
-		return fmt.Errorf("kv: create bucket %s: %w", b.o.kv, err)
+	// Retried: a meta leader that has just been elected may not know every peer yet
+	// ("no suitable peers for placement").
+	for {
+		_, err := k.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{
+			Bucket: b.o.kv, History: 1, Storage: jetstream.FileStorage, Replicas: b.o.replicas,
+		})
+		if err == nil {
+			break
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("kv: create bucket %s: %w", b.o.kv, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	for i, u := range subURLs {
 		s := &subscriber{index: i, since: b.since, window: b.window, hist: loadkit.NewHistogram(), histDue: loadkit.NewHistogram()}

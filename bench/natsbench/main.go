@@ -42,6 +42,7 @@ type options struct {
 	kv           string
 	replicas     int
 	hold         bool
+	watchers     int
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&o.window, "window", 0, "with --rate 0: at most this many events published that some subscriber has not received yet (0: off)")
 	flag.DurationVar(&o.interval, "interval", time.Second, "period of the progress line on stderr (0: none)")
 	flag.StringVar(&o.kv, "kv", "", "the NATS KV anchor: servers with JetStream, and instead of core publishes, puts of unique keys (bench.<run>.<n>) into this KV bucket (created with --replicas, file storage, history 1), acknowledged asynchronously, and a KV watcher (updates only) on each other server")
+	flag.IntVar(&o.watchers, "watchers", 0, "with --kv on a cluster: this many watchers, round robin over the servers but the first (0: one on each of them), as N-1 sidecars would watch")
 	flag.IntVar(&o.replicas, "replicas", 3, "with --kv: the bucket's replicas")
 	flag.BoolVar(&o.hold, "hold", false, "only start the --spawn servers with JetStream (a store each in a temporary directory), print one JSON line {urls, pids} on stdout, and keep them until SIGTERM or SIGINT; for sidecar bench --transport=jetstream, with --engine-pid")
 	flag.Parse()
@@ -111,6 +113,7 @@ func (o *options) validate() error {
 	check(o.window == 0 || o.rate == 0, "--window is the flow control of --rate 0; a paced run is open loop")
 	check(o.kv == "" || o.spawn >= 1, "--kv needs --spawn: the servers are started with JetStream")
 	check(!o.hold || o.spawn >= 1, "--hold needs --spawn N")
+	check(o.watchers >= 0 && (o.watchers == 0 || (o.kv != "" && o.spawn >= 2)), "--watchers must be >= 0, and only with --kv on a cluster (--spawn >= 2), got %d", o.watchers)
 	check(o.kv == "" || (o.replicas >= 1 && o.replicas <= max(1, o.spawn)), "--replicas must be 1..--spawn (%d), got %d", o.spawn, o.replicas)
 	return errors.Join(errs...)
 }

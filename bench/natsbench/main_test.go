@@ -36,6 +36,7 @@ func TestValidate(t *testing.T) {
 		{func(o *options) { o.batch = 0 }, "--batch must be >= 1"},
 		{func(o *options) { o.spawn = 0 }, "give --spawn N or --url"},
 		{func(o *options) { o.kv, o.replicas = "b", 5 }, "--replicas must be 1..--spawn (3), got 5"},
+		{func(o *options) { o.watchers = 4 }, "only with --kv on a cluster"},
 	} {
 		o := ok
 		tc.change(&o)
@@ -74,8 +75,9 @@ func TestRunCluster(t *testing.T) {
 	}
 }
 
-// A second of the KV anchor on a 3-server JetStream cluster of the pinned nats-server:
-// every put reaches both watchers, none fails.
+// A second of the KV anchor on a 3-server JetStream cluster of the pinned nats-server,
+// with 3 watchers on the 2 servers but the publisher's: every put reaches every
+// watcher, none fails.
 func TestRunKV(t *testing.T) {
 	bin, err := natstest.Build(t.TempDir())
 	if err != nil {
@@ -83,7 +85,7 @@ func TestRunKV(t *testing.T) {
 	}
 	o := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
 		drainTimeout: 10 * time.Second, readyTimeout: 30 * time.Second, batch: 10, payload: 100, window: 1000,
-		kv: "anchor", replicas: 3}
+		kv: "anchor", replicas: 3, watchers: 3}
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestRunKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.System != "nats-kv" || r.Subscribers != 2 || r.Submitted == 0 || r.Lost != 0 || r.Delivered != 2*r.Submitted || r.PublishErrors != 0 {
+	if r.System != "nats-kv" || r.Subscribers != 3 || r.Submitted == 0 || r.Lost != 0 || r.Delivered != 3*r.Submitted || r.PublishErrors != 0 {
 		t.Fatalf("%+v", r)
 	}
 	if r.P50 <= 0 || len(r.NodeResults) != 3 || r.NodeCPUSeconds <= 0 {

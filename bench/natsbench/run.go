@@ -113,6 +113,12 @@ func run(ctx context.Context, o options) (*result, error) {
 	}
 	// Subscriber i's server: every server but the first, one each; or all on the one.
 	subURLs := urls[1:]
+	if o.watchers > 0 && len(urls) > 1 {
+		subURLs = make([]string, o.watchers)
+		for i := range subURLs {
+			subURLs[i] = urls[1+i%(len(urls)-1)]
+		}
+	}
 	if len(urls) == 1 {
 		subURLs = make([]string, o.subscribers)
 		for i := range subURLs {
