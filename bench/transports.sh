@@ -67,9 +67,12 @@ go build -o bin/sidecar ./cmd/sidecar
 (cd bench/natsbench && go build -o ../../bin/natsbench .)
 go build -modfile=tools/go.mod -o bin/nats-server github.com/nats-io/nats-server/v2
 
-# children_s: user+sys CPU seconds of every waited-for child of this shell so far.
-children_s() {
-  times | awk 'NR==2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%.2f", t }'
+# own_s VAR: sets VAR to the user+sys CPU seconds of every waited-for child of this
+# shell so far. `times` runs in this shell (a $(...) subshell would report its own).
+times_file="$OUT/.times-$stamp"
+own_s() {
+  times >"$times_file"
+  printf -v "$1" '%s' "$(awk 'NR==2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%.2f", t }' "$times_file")"
 }
 
 hold_pid=
@@ -80,7 +83,7 @@ stop_hold() {
     hold_pid=
   fi
 }
-trap stop_hold EXIT
+trap 'stop_hold; rm -f "$times_file"' EXIT
 
 # start_nats: a fresh JetStream cluster of NATS_SERVERS; sets nats_urls and nats_pids.
 start_nats() {
@@ -111,7 +114,8 @@ measure() {
   local cmd=("$@") load busy0 busy1 own0 own1 t0 t1 json
   echo "== run $run: $workload N=$n $system" >&2
   load=$(cut -d' ' -f1 /proc/loadavg)
-  busy0=$(busy_s) own0=$(children_s) t0=$(date +%s.%N)
+  busy0=$(busy_s) t0=$(date +%s.%N)
+  own_s own0
   json=null
   if [ "$system" != jetstream ] || start_nats; then
     if [ "$system" = jetstream ]; then
@@ -124,7 +128,8 @@ measure() {
     fi
   fi
   stop_hold
-  t1=$(date +%s.%N) own1=$(children_s) busy1=$(busy_s)
+  own_s own1
+  t1=$(date +%s.%N) busy1=$(busy_s)
   RESULT=$json python3 bench/transports.py row "$run" "$workload" "$n" "$system" "$load" \
     "$busy0" "$busy1" "$own0" "$own1" "$t0" "$t1" >>"$results"
 }
