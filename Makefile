@@ -7,7 +7,7 @@ BUF     := $(TOOL) buf
 GOFILES := $(shell git ls-files '*.go' 2>/dev/null | grep -v '^gen/')
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test test-stress deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-isolation bench-memory bench-state-memory bench-store fuzz clean
+.PHONY: all build demo test test-stress deps unit manifests generate check-generated docs docs-check lint fmt-check vet bench bench-compare bench-transports bench-isolation bench-memory bench-state-memory bench-store fuzz clean
 
 all: build
 
@@ -43,13 +43,15 @@ deps:
 
 ## unit: every test of the product (.), its end-to-end tests (test/, a module of its
 ## own so that the product's go.mod holds only what the product uses) and the NATS
-## bench of bench-compare (bench/natsbench, a module of its own for the NATS client)
+## bench of bench-compare (bench/natsbench, a module of its own for the NATS client), and
+## the parsing of bench-transports (bench/transports_test.py)
 ## (-timeout=30m for the end-to-end tests: they took 5.5 min under two CPU hogs and
 ## 9 min under three, near go test's default 10m)
 unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) -C test test -race -count=1 -timeout=30m ./...
 	$(GO) -C bench/natsbench test -race -count=1 ./...
+	python3 bench/transports_test.py
 
 ## manifests: the Dockerfile and deploy/kubernetes, checked without Docker or a cluster
 ## (deploy/kubernetes/check, a module of its own so that the Kubernetes API types stay
@@ -105,6 +107,14 @@ bench:
 ## installs Debian's nats-server if missing). Method: docs/BENCH.md.
 bench-compare:
 	bash bench/compare.sh
+
+## bench-transports: the mesh against --transport=jetstream (a 3-server NATS JetStream
+## cluster of the pinned nats-server) and a plain NATS KV client at N = 3, 5, 9, 17
+## sidecars (watchers), 500 events/s, and the JetStream transport saturated against the
+## KV client; 3 interleaved runs (~20 min; QUICK=1 for a smoke test, ~1 min). Method and
+## columns: bench/transports.sh --help.
+bench-transports:
+	bash bench/transports.sh
 
 ## bench-isolation: the wall-clock speed target of isolation on a quiet machine: with a
 ## frozen subscriber on a node, the other subscriber's delivery time within 1.2x of its

@@ -10,6 +10,9 @@ type NodeUsage struct {
 	NodeID       string  `json:"id"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	// TCPConns is the established TCP connections the process held at the end of the
+	// measurement (a node's: not counting its app port, where the bench's clients are).
+	TCPConns *int `json:"tcp_conns,omitempty"`
 }
 
 // Process is one exited server process of a measurement: its id and its state.

@@ -3,6 +3,7 @@ package loadkit
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,4 +76,99 @@ func SelfCPU() (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// PeakRSS reads a running process's peak resident set (VmHWM in /proc/<pid>/status),
+// for a process the bench did not start and so cannot wait for (a NATS server).
+func PeakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest) // "1234 kB"
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("loadkit: /proc/%d/status VmHWM: %q", pid, line)
+			}
+			kib, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("loadkit: /proc/%d/status VmHWM: %w", pid, err)
+			}
+			return kib * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("loadkit: /proc/%d/status has no VmHWM", pid)
+}
+
+// TCPConns counts the established TCP connections a process holds: its socket file
+// descriptors matched by inode against the established rows of /proc/<pid>/net/tcp
+// and tcp6. A connection whose local port is one of skipLocal (e.g. a node's app
+// port, where the bench's own clients arrive) is not counted.
+func TCPConns(pid int, skipLocal ...int) (int, error) {
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		return 0, err
+	}
+	inodes := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		l, err := os.Readlink(fdDir + "/" + e.Name())
+		if err != nil {
+			continue // closed since the listing
+		}
+		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	n := 0
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // no IPv6
+			}
+			return 0, err
+		}
+		c, err := countEstablished(string(b), inodes, skipLocal)
+		if err != nil {
+			return 0, err
+		}
+		n += c
+	}
+	return n, nil
+}
+
+// tcpEstablished is the st column of an established socket in /proc/net/tcp.
+const tcpEstablished = "01"
+
+// countEstablished counts the rows of a /proc/net/tcp table (a header line, then
+// "sl local_address rem_address st ... uid timeout inode ...") that are established,
+// whose inode is in inodes, and whose local port is not in skipLocal.
+func countEstablished(table string, inodes map[string]bool, skipLocal []int) (int, error) {
+	n := 0
+	for i, line := range strings.Split(strings.TrimSpace(table), "\n") {
+		if i == 0 {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			return 0, fmt.Errorf("loadkit: /proc net/tcp row too short: %q", line)
+		}
+		if f[3] != tcpEstablished || !inodes[f[9]] {
+			continue
+		}
+		_, portHex, ok := strings.Cut(f[1], ":")
+		if !ok {
+			return 0, fmt.Errorf("loadkit: /proc net/tcp local address %q", f[1])
+		}
+		port, err := strconv.ParseUint(portHex, 16, 16)
+		if err != nil {
+			return 0, fmt.Errorf("loadkit: /proc net/tcp local port %q: %w", portHex, err)
+		}
+		if !slices.Contains(skipLocal, int(port)) {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -21,3 +21,9 @@ func ExitUsage(*os.ProcessState) (time.Duration, int64, error) { return 0, 0, Er
 
 // SelfCPU is not available: ErrNoUsage.
 func SelfCPU() (time.Duration, error) { return 0, ErrNoUsage }
+
+// PeakRSS is not available: ErrNoUsage.
+func PeakRSS(int) (int64, error) { return 0, ErrNoUsage }
+
+// TCPConns is not available: ErrNoUsage.
+func TCPConns(int, ...int) (int, error) { return 0, ErrNoUsage }

@@ -39,6 +39,10 @@ type options struct {
 	payload      int
 	window       int
 	interval     time.Duration
+	kv           string
+	replicas     int
+	hold         bool
+	watchers     int
 }
 
 func main() {
@@ -57,6 +61,10 @@ func main() {
 	flag.IntVar(&o.payload, "payload", 100, "payload bytes per event (>= 8; the first 16 carry the send time and the due time)")
 	flag.IntVar(&o.window, "window", 0, "with --rate 0: at most this many events published that some subscriber has not received yet (0: off)")
 	flag.DurationVar(&o.interval, "interval", time.Second, "period of the progress line on stderr (0: none)")
+	flag.StringVar(&o.kv, "kv", "", "the NATS KV anchor: servers with JetStream, and instead of core publishes, puts of unique keys (bench.<run>.<n>) into this KV bucket (created with --replicas, file storage, history 1), acknowledged asynchronously, and a KV watcher (updates only) on each other server")
+	flag.IntVar(&o.watchers, "watchers", 0, "with --kv on a cluster: this many watchers, round robin over the servers but the first (0: one on each of them), as N-1 sidecars would watch")
+	flag.IntVar(&o.replicas, "replicas", 3, "with --kv: the bucket's replicas")
+	flag.BoolVar(&o.hold, "hold", false, "only start the --spawn servers with JetStream (a store each in a temporary directory), print one JSON line {urls, pids} on stdout, and keep them until SIGTERM or SIGINT; for sidecar bench --transport=jetstream, with --engine-pid")
 	flag.Parse()
 	if o.url != "" {
 		o.spawn = 0
@@ -67,6 +75,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.hold {
+		if err := hold(ctx, o); err != nil {
+			fmt.Fprintln(os.Stderr, "natsbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	r, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "natsbench:", err)
@@ -96,6 +111,10 @@ func (o *options) validate() error {
 	check(o.payload >= loadkit.SentBytes, "--payload must be >= %d (the send stamp), got %d", loadkit.SentBytes, o.payload)
 	check(o.window >= 0, "--window must be >= 0, got %d", o.window)
 	check(o.window == 0 || o.rate == 0, "--window is the flow control of --rate 0; a paced run is open loop")
+	check(o.kv == "" || o.spawn >= 1, "--kv needs --spawn: the servers are started with JetStream")
+	check(!o.hold || o.spawn >= 1, "--hold needs --spawn N")
+	check(o.watchers >= 0 && (o.watchers == 0 || (o.kv != "" && o.spawn >= 2)), "--watchers must be >= 0, and only with --kv on a cluster (--spawn >= 2), got %d", o.watchers)
+	check(o.kv == "" || (o.replicas >= 1 && o.replicas <= max(1, o.spawn)), "--replicas must be 1..--spawn (%d), got %d", o.spawn, o.replicas)
 	return errors.Join(errs...)
 }
 
@@ -133,6 +152,8 @@ type result struct {
 	CPUUsPerDelivered float64      `json:"cpu_us_per_delivered,omitempty"`
 	NodeResults       []nodeResult `json:"node_usage,omitempty"`
 	BenchCPUSeconds   float64      `json:"bench_cpu_seconds,omitempty"`
+	// PublishErrors are --kv puts whose acknowledgement was an error (or none came).
+	PublishErrors int64 `json:"publish_errors,omitempty"`
 }
 
 type nodeResult = loadkit.NodeUsage

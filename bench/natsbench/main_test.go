@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/internal/natstest"
 	"github.com/fanout/fanout/internal/testbin"
 )
 
@@ -34,6 +35,8 @@ func TestValidate(t *testing.T) {
 		{func(o *options) { o.window = 10 }, "--window is the flow control of --rate 0"},
 		{func(o *options) { o.batch = 0 }, "--batch must be >= 1"},
 		{func(o *options) { o.spawn = 0 }, "give --spawn N or --url"},
+		{func(o *options) { o.kv, o.replicas = "b", 5 }, "--replicas must be 1..--spawn (3), got 5"},
+		{func(o *options) { o.watchers = 4 }, "only with --kv on a cluster"},
 	} {
 		o := ok
 		tc.change(&o)
@@ -69,5 +72,31 @@ func TestRunCluster(t *testing.T) {
 				t.Fatalf("submitted %.0f/s at %d offered", r.SubmitPerSec, tc.rate)
 			}
 		})
+	}
+}
+
+// A second of the KV anchor on a 3-server JetStream cluster of the pinned nats-server,
+// with 3 watchers on the 2 servers but the publisher's: every put reaches every
+// watcher, none fails.
+func TestRunKV(t *testing.T) {
+	bin, err := natstest.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
+		drainTimeout: 10 * time.Second, readyTimeout: 30 * time.Second, batch: 10, payload: 100, window: 1000,
+		kv: "anchor", replicas: 3, watchers: 3}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.System != "nats-kv" || r.Subscribers != 3 || r.Submitted == 0 || r.Lost != 0 || r.Delivered != 3*r.Submitted || r.PublishErrors != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if r.P50 <= 0 || len(r.NodeResults) != 3 || r.NodeCPUSeconds <= 0 {
+		t.Fatalf("latency %+v, nodes %+v", r.Latency, r.NodeResults)
 	}
 }

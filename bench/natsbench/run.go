@@ -42,9 +42,13 @@ type subscriber struct {
 }
 
 // handle records one message. A message shorter than a stamp is the readiness probe.
-func (s *subscriber) handle(m *nats.Msg) {
+func (s *subscriber) handle(m *nats.Msg) { s.handleData(m.Data) }
+
+// handleData records one message's payload (a KV watcher's entry value, or a core
+// message's data).
+func (s *subscriber) handleData(data []byte) {
 	arrival := s.since()
-	st, ok := loadkit.ReadStamp(m.Data)
+	st, ok := loadkit.ReadStamp(data)
 	if !ok {
 		s.probed.Store(true)
 		return
@@ -72,6 +76,7 @@ type bench struct {
 	servers   []*server // nil with --url
 	subs      []*subscriber
 	pub       *nats.Conn
+	kv        *kvClient // with --kv
 	window    *loadkit.Window
 	slow      atomic.Int64 // slow-consumer errors reported to any connection
 	epoch     time.Time
@@ -86,7 +91,16 @@ func run(ctx context.Context, o options) (*result, error) {
 	b := &bench{o: o, epoch: time.Now()}
 	urls := []string{o.url}
 	if o.spawn > 0 {
-		servers, err := startServers(ctx, o.natsServer, o.spawn, o.readyTimeout)
+		storeDir := ""
+		if o.kv != "" {
+			d, err := os.MkdirTemp("", "natsbench-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(d) // after the servers have stopped (deferred below)
+			storeDir = d
+		}
+		servers, err := startServers(ctx, o.natsServer, o.spawn, storeDir, o.readyTimeout)
 		if err != nil {
 			return nil, err
 		}
@@ -99,6 +113,12 @@ func run(ctx context.Context, o options) (*result, error) {
 	}
 	// Subscriber i's server: every server but the first, one each; or all on the one.
 	subURLs := urls[1:]
+	if o.watchers > 0 && len(urls) > 1 {
+		subURLs = make([]string, o.watchers)
+		for i := range subURLs {
+			subURLs[i] = urls[1+i%(len(urls)-1)]
+		}
+	}
 	if len(urls) == 1 {
 		subURLs = make([]string, o.subscribers)
 		for i := range subURLs {
@@ -109,7 +129,11 @@ func run(ctx context.Context, o options) (*result, error) {
 		b.window = loadkit.NewWindow(int64(o.window), len(subURLs), 0)
 	}
 	defer b.closeConns()
-	if err := b.connect(urls[0], subURLs); err != nil {
+	if o.kv != "" {
+		if err := b.connectKV(ctx, urls[0], subURLs); err != nil {
+			return nil, err
+		}
+	} else if err := b.connect(urls[0], subURLs); err != nil {
 		return nil, err
 	}
 	if err := b.probe(ctx); err != nil {
@@ -186,6 +210,9 @@ func (b *bench) connect(pubURL string, subURLs []string) error {
 }
 
 func (b *bench) closeConns() {
+	if b.kv != nil {
+		b.kv.stop()
+	}
 	for _, s := range b.subs {
 		s.conn.Close()
 	}
@@ -211,7 +238,11 @@ func (b *bench) probe(ctx context.Context) error {
 		if all {
 			return nil
 		}
-		if err := b.pub.Publish(b.o.subject, []byte{0}); err != nil {
+		subject := b.o.subject
+		if b.kv != nil {
+			subject = b.kv.subject("probe")
+		}
+		if err := b.pub.Publish(subject, []byte{0}); err != nil {
 			return err
 		}
 		if err := b.pub.Flush(); err != nil {
@@ -255,13 +286,22 @@ func (b *bench) publish(ctx context.Context) (uint64, *hdrhistogram.Histogram, e
 		st := pacer.Stamp(due)
 		st.Put(buf)
 		for range b.o.batch {
-			if err := b.pub.Publish(b.o.subject, buf); err != nil {
+			if b.kv != nil {
+				if err := b.kv.put(buf); err != nil {
+					return 0, nil, fmt.Errorf("kv put: %w", err)
+				}
+			} else if err := b.pub.Publish(b.o.subject, buf); err != nil {
 				return 0, nil, fmt.Errorf("publish: %w", err)
 			}
 		}
 		pacer.Done(b.o.batch, st)
 		if st.Measured(b.measureAt) {
 			measured += uint64(b.o.batch)
+		}
+	}
+	if b.kv != nil { // every put acknowledged (or failed)
+		if err := b.kv.complete(ctx, b.o.drainTimeout); err != nil {
+			return 0, nil, err
 		}
 	}
 	// A PING/PONG round trip: every publish has reached server 0.
@@ -341,10 +381,16 @@ func (b *bench) result(submitted uint64, lag *hdrhistogram.Histogram) *result {
 		DurationSec: o.duration.Seconds(), WarmupSec: o.warmup.Seconds(), LatencyFrom: "payload",
 		Submitted: submitted, SlowConsumers: b.slow.Load(),
 	}
+	if b.kv != nil {
+		r.PublishErrors = b.kv.errs.Load()
+	}
 	if len(b.servers) == 1 {
 		r.System = "nats-single"
 	} else if len(b.servers) > 1 {
 		r.System = "nats-cluster"
+	}
+	if b.kv != nil {
+		r.System = "nats-kv"
 	}
 	all, allDue := loadkit.NewHistogram(), loadkit.NewHistogram()
 	var lastMeasured time.Duration

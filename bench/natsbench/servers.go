@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/bench/loadkit"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // server is one spawned nats-server. A goroutine reads its log (stderr) for the
@@ -40,7 +44,11 @@ var (
 // kernel picks. With n >= 2 they form a cluster: server 0 is the seed every other one
 // routes to, and NATS's gossip completes the full mesh. It returns once every server
 // listens for clients and has a route to every other one.
-func startServers(ctx context.Context, bin string, n int, timeout time.Duration) ([]*server, error) {
+//
+// With storeDir set the servers run JetStream, each storing under storeDir/<id>, and
+// it also waits until the cluster has a JetStream meta leader (an account info request
+// on server 0 is answered).
+func startServers(ctx context.Context, bin string, n int, storeDir string, timeout time.Duration) ([]*server, error) {
 	var servers []*server
 	fail := func(err error) ([]*server, error) {
 		stopServers(servers, 5*time.Second)
@@ -48,9 +56,24 @@ func startServers(ctx context.Context, bin string, n int, timeout time.Duration)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var routePorts []int
+	if n >= 2 && storeDir != "" {
+		var err error
+		if routePorts, err = freePorts(n); err != nil {
+			return nil, err
+		}
+	}
 	for i := range n {
 		args := []string{"-a", "127.0.0.1", "-p", "-1", "-n", fmt.Sprintf("bench-%d", i)}
-		if n >= 2 {
+		if storeDir != "" {
+			args = append(args, "-js", "-sd", filepath.Join(storeDir, fmt.Sprintf("bench-%d", i)))
+		}
+		switch {
+		case n >= 2 && storeDir != "":
+			// A JetStream cluster needs routes configured on every server, the seed too.
+			args = append(args, "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", routePorts[i]), "--cluster_name", "bench",
+				"--routes", routesBut(routePorts, i))
+		case n >= 2:
 			args = append(args, "--cluster", "nats://127.0.0.1:-1", "--cluster_name", "bench")
 			if i > 0 {
 				args = append(args, "--routes", fmt.Sprintf("nats://127.0.0.1:%d", servers[0].routePort))
@@ -71,7 +94,65 @@ func startServers(ctx context.Context, bin string, n int, timeout time.Duration)
 			return fail(err)
 		}
 	}
+	if storeDir != "" {
+		if err := waitJetStream(ctx, servers[0].url()); err != nil {
+			return fail(err)
+		}
+	}
 	return servers, nil
+}
+
+// freePorts returns n loopback ports the kernel had free a moment ago (a JetStream
+// cluster's route ports must be known before the servers start).
+func freePorts(n int) ([]int, error) {
+	var out []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("a free route port: %w", err)
+		}
+		defer ln.Close() // held until all are picked, so that they differ
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+// routesBut is the --routes of server i: every other server's route URL.
+func routesBut(ports []int, i int) string {
+	var urls []string
+	for j, p := range ports {
+		if j != i {
+			urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
+// waitJetStream polls the server at url until JetStream answers an account info
+// request: in a cluster, once a meta leader is elected and streams can be created.
+func waitJetStream(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("jetstream readiness: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := js.AccountInfo(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream not ready on %s: %w (last: %v)", url, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func launch(bin, id string, args []string) (*server, error) {

@@ -62,6 +62,7 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.IntVar(&c.Spawn, "spawn", c.Spawn, "start this many 'sidecar serve' processes on loopback (ignored when only --app-addrs is given)")
 	fs.StringSliceVar(&c.AppAddrs, "app-addrs", nil, "app addresses of running nodes instead of --spawn: the first gets the publishers, every other one a subscriber")
 	fs.StringArrayVar(&o.serveFlags, "serve-flag", nil, "an extra serve flag for every spawned node, e.g. --serve-flag=--workers=8; {id} becomes the node's id, e.g. --serve-flag=--data-dir=/var/tmp/bench/{id} (repeatable; or put them after --)")
+	fs.IntSliceVar(&c.EnginePIDs, "engine-pid", nil, "process ids whose CPU, peak RSS and TCP connections count in the cluster's figures, e.g. the NATS servers of --transport=jetstream (comma-separated or repeated)")
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "SubmitStream streams on the first node, each on its own connection")
 	fs.IntVar(&c.SubscribeBatch, "subscribe-batch", c.SubscribeBatch, "subscribers' max_batch: deliveries a node may pack into one Subscribe message (1: one per message)")
 	fs.IntVar(&c.Pipeline, "pipeline", c.Pipeline, "SubmitRequests in flight per stream with --rate 0 (a paced run is open loop: it sends on schedule without waiting for responses)")

@@ -138,7 +138,13 @@ func (b *bench) run(ctx context.Context, cl *cluster) (*Result, error) {
 	if cl != nil {
 		cl.stop(b.cfg.StopTimeout)
 		addUsage(res, cl, m.cpu0, m.cpu1)
+		for i := range res.NodeResults {
+			if i < len(m.conns) {
+				res.NodeResults[i].TCPConns = m.conns[i]
+			}
+		}
 	}
+	res.EngineResults, res.EngineCPUSeconds = m.engine.usage()
 	return res, nil
 }
 
@@ -151,6 +157,8 @@ type measurement struct {
 	base         *fanoutv1.GetStatusResponse // the first node at the start of the measured window
 	cpu0, cpu1   []time.Duration             // the spawned nodes' CPU at the start and the end
 	self0, self1 time.Duration               // the bench's own CPU at the start and the end
+	conns        []*int                      // the spawned nodes' TCP connections at the end
+	engine       engine                      // the --engine-pid processes
 	interrupted  bool
 }
 

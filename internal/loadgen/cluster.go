@@ -3,7 +3,9 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,26 +46,43 @@ type child struct {
 }
 
 // spawnArgs is the serve command line of node i of n, given every node's peer address.
-// "{id}" in an extra flag becomes the node's id.
+// "{id}" in an extra flag becomes the node's id. On the JetStream transport (an extra
+// --transport=jetstream) a node has no peers and no peer listener, so neither
+// --peers nor --peer-addr is given.
 func spawnArgs(i int, id, appAddr string, peerAddrs []string, extra []string) []string {
-	others := make([]string, 0, len(peerAddrs)-1)
-	for j, a := range peerAddrs {
-		if j != i {
-			others = append(others, a)
+	args := []string{"serve", "--node-id=" + id, "--app-addr=" + appAddr}
+	if !jetstreamTransport(extra) {
+		others := make([]string, 0, len(peerAddrs)-1)
+		for j, a := range peerAddrs {
+			if j != i {
+				others = append(others, a)
+			}
 		}
+		args = append(args, "--peer-addr="+peerAddrs[i], "--admin-addr=", "--peers="+strings.Join(others, ","))
+	} else {
+		args = append(args, "--admin-addr=")
 	}
-	args := []string{"serve",
-		"--node-id=" + id,
-		"--app-addr=" + appAddr,
-		"--peer-addr=" + peerAddrs[i],
-		"--admin-addr=",
-		"--peers=" + strings.Join(others, ","),
-		"--log-level=warn",
-	}
+	args = append(args, "--log-level=warn")
 	for _, f := range extra { // a later flag wins: --log-level can be overridden
 		args = append(args, strings.ReplaceAll(f, "{id}", id)) // one --data-dir per node
 	}
 	return args
+}
+
+// jetstreamTransport reports whether serve flags choose the JetStream transport
+// (--transport=jetstream or --transport jetstream; the last one given wins, as in
+// serve).
+func jetstreamTransport(flags []string) bool {
+	js := false
+	for i, f := range flags {
+		switch {
+		case strings.HasPrefix(f, "--transport="):
+			js = strings.TrimPrefix(f, "--transport=") == "jetstream"
+		case f == "--transport" && i+1 < len(flags):
+			js = flags[i+1] == "jetstream"
+		}
+	}
+	return js
 }
 
 // startCluster spawns cfg.Spawn nodes on loopback ports reserved with freeport, in a
@@ -155,6 +174,27 @@ func (c *cluster) cpu() ([]time.Duration, bool) {
 		out[i] = d
 	}
 	return out, true
+}
+
+// conns counts each node's established TCP connections, but for those on its app port
+// (the bench's own clients): its peers' (the mesh) or its NATS connection (JetStream).
+// A node whose count cannot be read gets none.
+func (c *cluster) conns() []*int {
+	out := make([]*int, len(c.children))
+	for i, ch := range c.children {
+		_, port, err := net.SplitHostPort(ch.appAddr)
+		if err != nil {
+			continue
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			continue
+		}
+		if n, err := loadkit.TCPConns(ch.cmd.Process.Pid, p); err == nil {
+			out[i] = &n
+		}
+	}
+	return out
 }
 
 // waitReady polls the node's health service until SERVING, the process exits, timeout

@@ -24,6 +24,11 @@ type Config struct {
 	// AppAddrs are the app addresses of running nodes (--app-addrs). The first gets the
 	// publishers; every other one gets a subscriber.
 	AppAddrs []string
+	// EnginePIDs are processes the cluster's events also go through, not started by
+	// the bench: the NATS servers of --transport=jetstream (--engine-pid). Their CPU is
+	// sampled over the same window as the nodes', and their peak RSS and established
+	// TCP connections at its end, so that a run's CPU is the whole cluster's.
+	EnginePIDs []int
 
 	// Publishers is the number of SubmitStream streams on the first node. 1: one
 	// pipelined stream already outruns a 2-core cluster.
@@ -138,6 +143,9 @@ func (c *Config) validate() error {
 	check(c.Warmup >= 0, "--warmup must be >= 0, got %s", c.Warmup)
 	check(c.Rate >= 0, "--rate must be >= 0, got %d", c.Rate)
 	check(c.Keys >= 0, "--keys must be >= 0, got %d", c.Keys)
+	for _, pid := range c.EnginePIDs {
+		check(pid > 0, "--engine-pid must be a process id > 0, got %d", pid)
+	}
 	check(c.Payload >= 0, "--payload must be >= 0, got %d", c.Payload)
 	check(c.Batch >= 1 && c.Batch <= maxBatch, "--batch must be between 1 and %d, got %d", maxBatch, c.Batch)
 	check(c.DrainTimeout > 0, "--drain-timeout must be > 0, got %s", c.DrainTimeout)

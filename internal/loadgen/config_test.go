@@ -78,3 +78,25 @@ func TestFillDefaultsMakesAUniquePrefix(t *testing.T) {
 		t.Fatalf("prefix %q, want bench/abc/", c.Prefix)
 	}
 }
+
+// TestServeFlagsJetStream: a node of the JetStream transport gets no peers and no peer
+// listener (serve refuses --peers there), whichever way the transport flag is written.
+func TestServeFlagsJetStream(t *testing.T) {
+	peers := []string{"127.0.0.1:10", "127.0.0.1:11"}
+	for _, extra := range [][]string{
+		{"--transport=jetstream", "--nats-url=nats://127.0.0.1:4222"},
+		{"--transport", "jetstream"},
+		{"--transport=mesh", "--transport=jetstream"},
+	} {
+		args := spawnArgs(0, "bench-0", "127.0.0.1:1", peers, extra)
+		want := append([]string{"serve", "--node-id=bench-0", "--app-addr=127.0.0.1:1", "--admin-addr=", "--log-level=warn"}, extra...)
+		if strings.Join(args, " ") != strings.Join(want, " ") {
+			t.Errorf("spawnArgs(%q) =\n%q\nwant\n%q", extra, args, want)
+		}
+	}
+	for _, extra := range [][]string{nil, {"--transport=mesh"}, {"--transport=jetstream", "--transport", "mesh"}} {
+		if jetstreamTransport(extra) {
+			t.Errorf("jetstreamTransport(%q) = true, want false", extra)
+		}
+	}
+}

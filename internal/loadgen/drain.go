@@ -35,7 +35,9 @@ func (b *bench) publishAndDrain(ctx context.Context, cl *cluster, m *measurement
 	m.self1, _ = loadkit.SelfCPU()
 	if cl != nil {
 		m.cpu1, _ = cl.cpu()
+		m.conns = cl.conns()
 	}
+	m.engine.end()
 	return err
 }
 
@@ -65,6 +67,7 @@ func (b *bench) publish(ctx context.Context, cl *cluster, m *measurement) error 
 		if cl != nil {
 			m.cpu0, _ = cl.cpu()
 		}
+		m.engine.start(b.cfg.EnginePIDs)
 		m.self0, _ = loadkit.SelfCPU()
 		m.base, _ = b.status(ctx) // counters count from here; nil falls back to the start
 	case <-done:

@@ -93,6 +93,10 @@ type Result struct {
 
 	// NodeResults are the spawned nodes' CPU and peak RSS, one by one.
 	NodeResults []NodeResult `json:"node_usage,omitempty"`
+	// EngineCPUSeconds and EngineResults are the --engine-pid processes' (the NATS
+	// servers of the JetStream transport) over the same window as the nodes'.
+	EngineCPUSeconds float64      `json:"engine_cpu_seconds,omitempty"`
+	EngineResults    []NodeResult `json:"engine_usage,omitempty"`
 	// SubscriberResults are for the table only.
 	SubscriberResults []SubscriberResult `json:"-"`
 }
@@ -184,14 +188,28 @@ func (r *Result) writeConvergence(w io.Writer) {
 }
 
 func (r *Result) writeNodes(w io.Writer) {
+	for _, n := range r.EngineResults {
+		fmt.Fprintf(w, "engine %s: cpu %.2f s   peak rss %.1f MiB%s\n", n.NodeID, n.CPUSeconds, float64(n.PeakRSSBytes)/(1<<20), connsCell(n.TCPConns))
+	}
+	if len(r.EngineResults) > 0 && r.Delivered > 0 {
+		fmt.Fprintf(w, "engine: cpu %.2f s (%.1f µs per delivered event)\n", r.EngineCPUSeconds, r.EngineCPUSeconds*1e6/float64(r.Delivered))
+	}
 	if len(r.NodeResults) == 0 {
 		return
 	}
 	for _, n := range r.NodeResults {
-		fmt.Fprintf(w, "node %s: cpu %.2f s   peak rss %.1f MiB\n", n.NodeID, n.CPUSeconds, float64(n.PeakRSSBytes)/(1<<20))
+		fmt.Fprintf(w, "node %s: cpu %.2f s   peak rss %.1f MiB%s\n", n.NodeID, n.CPUSeconds, float64(n.PeakRSSBytes)/(1<<20), connsCell(n.TCPConns))
 	}
 	fmt.Fprintf(w, "nodes: cpu %.2f s (%.1f µs per delivered event)   peak rss %.1f MiB\n",
 		r.NodeCPUSeconds, r.CPUUsPerDelivered, float64(r.NodePeakRSSBytes)/(1<<20))
+}
+
+// connsCell is a process's established TCP connections, when they were read.
+func connsCell(n *int) string {
+	if n == nil {
+		return ""
+	}
+	return fmt.Sprintf("   tcp connections %d", *n)
 }
 
 func latencyCells(l Latency) string {

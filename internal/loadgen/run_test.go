@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/frame"
+	"github.com/fanout/fanout/internal/natstest"
 	"github.com/fanout/fanout/pkg/fanout"
 	"github.com/fanout/fanout/pkg/grpcapi"
 	"github.com/fanout/fanout/pkg/mesh"
@@ -227,6 +228,11 @@ func TestSpawnHotKeys(t *testing.T) {
 	if r.WireEvents == 0 || r.NodeCPUSeconds <= 0 || r.NodePeakRSSBytes <= 0 || r.CPUUsPerDelivered <= 0 || len(r.NodeResults) != 3 {
 		t.Fatalf("wire %d, cpu %g s, rss %d, cpu/delivered %g, nodes %d", r.WireEvents, r.NodeCPUSeconds, r.NodePeakRSSBytes, r.CPUUsPerDelivered, len(r.NodeResults))
 	}
+	for _, n := range r.NodeResults { // a full mesh: to each of 2 peers and from each
+		if n.TCPConns == nil || *n.TCPConns != 4 {
+			t.Errorf("node %s: tcp connections %v, want 4 (2 peers, both ways)", n.NodeID, n.TCPConns)
+		}
+	}
 	var buf bytes.Buffer
 	if err := r.WriteJSON(&buf); err != nil {
 		t.Fatal(err)
@@ -254,5 +260,47 @@ func TestSpawnReportsANodeThatFailsToStart(t *testing.T) {
 	_, err := Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "workers") {
 		t.Fatalf("Run = %v, want the node's exit and its stderr", err)
+	}
+}
+
+// TestSpawnJetStream is `sidecar bench --spawn 3 --engine-pid ... -- --transport=jetstream
+// --nats-url ...` on a real 3-server NATS cluster: the nodes start without peers, each
+// holds one connection (to NATS), and the servers' CPU is counted.
+func TestSpawnJetStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sidecar and nats-server and starts processes")
+	}
+	bin, err := natstest.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.DefaultConfig()
+	nc.Binary = bin
+	nats := natstest.Start(t, nc)
+	cfg := quick()
+	cfg.Rate, cfg.Batch = 500, 1
+	cfg.Spawn, cfg.Binary = 3, buildSidecar(t)
+	cfg.ReadyTimeout = 60 * time.Second // the stream's creation and its leader's election
+	cfg.ServeFlags = []string{"--transport=jetstream", "--nats-url=" + strings.Join(nats.URLs(), ","), "--shutdown-timeout=2s"}
+	for i := range nc.Servers {
+		cfg.EnginePIDs = append(cfg.EnginePIDs, nats.PID(i))
+	}
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDelivered(t, r)
+	if r.Lost == nil || *r.Lost != 0 || len(r.NodeResults) != 3 || len(r.EngineResults) != 3 || r.EngineCPUSeconds <= 0 {
+		t.Fatalf("lost %d, nodes %+v, engine %+v (%g s)", r.Lost, r.NodeResults, r.EngineResults, r.EngineCPUSeconds)
+	}
+	for _, n := range r.NodeResults {
+		if n.TCPConns == nil || *n.TCPConns != 1 {
+			t.Errorf("node %s: tcp connections %v, want 1 (its NATS connection)", n.NodeID, n.TCPConns)
+		}
+	}
+	for _, e := range r.EngineResults { // its routes and some sidecars' connections
+		if e.TCPConns == nil || *e.TCPConns < 2 || e.PeakRSSBytes <= 0 {
+			t.Errorf("engine %s: tcp connections %v, peak rss %d", e.NodeID, e.TCPConns, e.PeakRSSBytes)
+		}
 	}
 }

@@ -190,6 +190,15 @@ func (c *Cluster) Connect(i int, opts ...nats.Option) *nats.Conn {
 	return nc
 }
 
+// PID is server i's process id, 0 while it is not running: for a bench that reads the
+// servers' CPU (sidecar bench --engine-pid).
+func (c *Cluster) PID(i int) int {
+	if s := c.server(i); s.cmd != nil {
+		return s.cmd.Process.Pid
+	}
+	return 0
+}
+
 // Kill kills server i with SIGKILL and waits for it to exit: no shutdown, no
 // leadership transfer, what is not synced to disk is lost. It is idempotent.
 func (c *Cluster) Kill(i int) {
