@@ -327,6 +327,7 @@ func (h *harness) checkArena() {
 			live[e.slab] += headerSize + int(e.size)
 		}
 	}
+	var used, all, usedOthers, liveOthers int64
 	for id, s := range tab.arena.slabs {
 		if s.live != live[id] {
 			h.t.Fatalf("slab %d counts %d live bytes, entries hold %d", id, s.live, live[id])
@@ -334,6 +335,18 @@ func (h *harness) checkArena() {
 		if s.b == nil && live[id] != 0 {
 			h.t.Fatalf("dropped slab %d still holds %d live bytes", id, live[id])
 		}
+		used, all = used+int64(len(s.b)), all+int64(s.live)
+		if uint32(id) != tab.arena.cur {
+			usedOthers, liveOthers = usedOthers+int64(len(s.b)), liveOthers+int64(s.live)
+		}
+	}
+	if tab.arena.used != used || tab.arena.live != all {
+		h.t.Fatalf("arena counts %d bytes used, %d live; its slabs hold %d, %d", tab.arena.used, tab.arena.live, used, all)
+	}
+	// The slabs other than the current one stay within 1.5 times their live bytes,
+	// and a slab that a compaction may be due to take next.
+	if dead := usedOthers - liveOthers; 2*dead > liveOthers+2*slabSize {
+		h.t.Fatalf("arena slabs other than the current one: %d bytes dead for %d live", dead, liveOthers)
 	}
 }
 
@@ -399,8 +412,51 @@ func TestCompactionKeepsRevisionOrder(t *testing.T) {
 	}
 	h.checkScan(1, 0, 1)
 	h.checkStats()
+	h.checkArena()
 	st := h.tab.Stats()
 	t.Logf("keys %d, log slots %d, arena %d bytes for %d event bytes", st.Keys, st.LogSlots, st.ArenaBytes, st.Bytes)
+}
+
+// TestArenaStaysProportional writes 5,000 keys of ~450 bytes (a few slabs), then
+// rewrites every other one at random, so every slab keeps cold records live among
+// the dead: the compactions must keep the arena within its bound (checkArena) and
+// every key's latest bytes intact.
+func TestArenaStaysProportional(t *testing.T) {
+	tab, err := New(Config{MaxKeys: 5000, MaxBytes: 1 << 30, TombstoneTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, tab: tab}
+	rng := rand.New(rand.NewPCG(3, 4))
+	latest := map[string][]byte{}
+	put := func(key string, v uint64) {
+		raw, off := event(rng, key)
+		raw = append(raw, make([]byte, 400)...)
+		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: Stamp{Version: v, Origin: "a"}}
+		if r := tab.Put(w, time.Unix(1_700_000_000, 0)); r.Outcome != Applied {
+			t.Fatalf("Put %s: %+v", key, r)
+		}
+		latest[key] = raw
+	}
+	keys := make([]string, 5000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%04d", i)
+		put(keys[i], 1)
+	}
+	for i := range 100000 {
+		put(keys[2*rng.IntN(len(keys)/2)], uint64(2+i))
+		if i%1000 == 0 {
+			h.checkArena()
+		}
+	}
+	h.checkArena()
+	for k, raw := range latest {
+		if e, ok := tab.Get([]byte(k)); !ok || !bytes.Equal(e.Raw, raw) {
+			t.Fatalf("Get(%s) = %v %q, want %q", k, ok, e.Raw, raw)
+		}
+	}
+	st := tab.Stats()
+	t.Logf("keys %d, arena %d bytes for %d event bytes", st.Keys, st.ArenaBytes, st.Bytes)
 }
 
 func TestChangedWakesReaders(t *testing.T) {

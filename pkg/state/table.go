@@ -463,8 +463,8 @@ func (t *Table) release(i uint32) {
 	t.origins.unref(e.origin)
 	slab, size, chunk := e.slab, e.size, e.chunk
 	e.rev = 0 // its log slot and record are dead from here on
-	if t.arena.release(slab, size) {
-		t.compactSlab(slab)
+	if id := t.arena.release(slab, size); id != noSlab {
+		t.compactSlab(id)
 	}
 	if c := t.log.kill(chunk); c != nil {
 		t.compactChunk(c)
