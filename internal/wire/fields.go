@@ -22,13 +22,15 @@ const (
 	SubmitRequestAck        protowire.Number = 2 // AckPolicy
 	SubmitRequestAckTimeout protowire.Number = 3 // google.protobuf.Duration
 	SubmitRequestRequestID  protowire.Number = 4 // uint64
+	SubmitRequestWindow     protowire.Number = 5 // bool (window_answers)
 
 	// fanout.v1.SubmitResponse
-	SubmitResponseRequestID protowire.Number = 1 // uint64
-	SubmitResponseVersions  protowire.Number = 2 // repeated uint64, packed
-	SubmitResponsePeerAcks  protowire.Number = 3 // repeated PeerAck
-	SubmitResponseSatisfied protowire.Number = 4 // bool
-	SubmitResponseResults   protowire.Number = 5 // repeated EventResult
+	SubmitResponseRequestID  protowire.Number = 1 // uint64
+	SubmitResponseVersions   protowire.Number = 2 // repeated uint64, packed
+	SubmitResponsePeerAcks   protowire.Number = 3 // repeated PeerAck
+	SubmitResponseSatisfied  protowire.Number = 4 // bool
+	SubmitResponseResults    protowire.Number = 5 // repeated EventResult
+	SubmitResponseRequestIDs protowire.Number = 6 // repeated uint64, packed
 
 	// fanout.v1.EventResult
 	EventResultOutcome        protowire.Number = 1 // EventOutcome

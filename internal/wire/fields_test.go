@@ -40,12 +40,14 @@ var fieldNumbers = []struct {
 	{"SubmitRequestAck", "fanout.v1.SubmitRequest.ack", protowire.VarintType, "enum"},
 	{"SubmitRequestAckTimeout", "fanout.v1.SubmitRequest.ack_timeout", protowire.BytesType, "google.protobuf.Duration"},
 	{"SubmitRequestRequestID", "fanout.v1.SubmitRequest.request_id", protowire.VarintType, "uint64"},
+	{"SubmitRequestWindow", "fanout.v1.SubmitRequest.window_answers", protowire.VarintType, "bool"},
 
 	{"SubmitResponseRequestID", "fanout.v1.SubmitResponse.request_id", protowire.VarintType, "uint64"},
 	{"SubmitResponseVersions", "fanout.v1.SubmitResponse.versions", protowire.BytesType, "packed uint64"},
 	{"SubmitResponsePeerAcks", "fanout.v1.SubmitResponse.peer_acks", protowire.BytesType, "repeated fanout.v1.PeerAck"},
 	{"SubmitResponseSatisfied", "fanout.v1.SubmitResponse.satisfied", protowire.VarintType, "bool"},
 	{"SubmitResponseResults", "fanout.v1.SubmitResponse.results", protowire.BytesType, "repeated fanout.v1.EventResult"},
+	{"SubmitResponseRequestIDs", "fanout.v1.SubmitResponse.request_ids", protowire.BytesType, "packed uint64"},
 
 	{"EventResultOutcome", "fanout.v1.EventResult.outcome", protowire.VarintType, "enum"},
 	{"EventResultRevision", "fanout.v1.EventResult.revision", protowire.VarintType, "uint64"},

@@ -15,6 +15,8 @@ type Submit struct {
 	AckTimeout                         bool
 	AckTimeoutSeconds, AckTimeoutNanos uint64
 	RequestID                          uint64
+	// Window is window_answers (a bool: any nonzero varint is true).
+	Window bool
 }
 
 // ParseSubmit reads a SubmitRequest into s, appending to its Events, with protobuf's
@@ -43,15 +45,18 @@ func ParseSubmit(b []byte, s *Submit) error {
 				return ErrMalformed
 			}
 			s.AckTimeout, b = true, b[n:]
-		case (num == SubmitRequestAck || num == SubmitRequestRequestID) && typ == protowire.VarintType:
+		case (num == SubmitRequestAck || num == SubmitRequestRequestID || num == SubmitRequestWindow) && typ == protowire.VarintType:
 			x, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return ErrMalformed
 			}
-			if num == SubmitRequestAck {
+			switch num {
+			case SubmitRequestAck:
 				s.Ack = x
-			} else {
+			case SubmitRequestRequestID:
 				s.RequestID = x
+			default:
+				s.Window = x != 0
 			}
 			b = b[n:]
 		default:
@@ -93,11 +98,12 @@ type PeerAck struct {
 
 // SubmitResponse is a fanout.v1.SubmitResponse to write with AppendSubmitResponse.
 type SubmitResponse struct {
-	RequestID uint64
-	Versions  []uint64
-	PeerAcks  []PeerAck
-	Satisfied bool
-	Results   []EventResult
+	RequestID  uint64
+	Versions   []uint64
+	PeerAcks   []PeerAck
+	Satisfied  bool
+	Results    []EventResult
+	RequestIDs []uint64
 }
 
 // AppendSubmitResponse appends r encoded as protobuf's deterministic Marshal encodes
@@ -105,17 +111,7 @@ type SubmitResponse struct {
 // (TestAppendSubmitResponse compares the bytes).
 func AppendSubmitResponse(b []byte, r *SubmitResponse) []byte {
 	b = appendUint(b, SubmitResponseRequestID, r.RequestID)
-	if len(r.Versions) > 0 {
-		n := 0
-		for _, v := range r.Versions {
-			n += protowire.SizeVarint(v)
-		}
-		b = protowire.AppendTag(b, SubmitResponseVersions, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
-		for _, v := range r.Versions {
-			b = protowire.AppendVarint(b, v)
-		}
-	}
+	b = appendPacked(b, SubmitResponseVersions, r.Versions)
 	for i := range r.PeerAcks {
 		a := &r.PeerAcks[i]
 		b = protowire.AppendTag(b, SubmitResponsePeerAcks, protowire.BytesType)
@@ -137,19 +133,12 @@ func AppendSubmitResponse(b []byte, r *SubmitResponse) []byte {
 		b = appendString(b, EventResultCurrentOrigin, e.CurrentOrigin)
 		b = appendString(b, EventResultDetail, e.Detail)
 	}
-	return b
+	return appendPacked(b, SubmitResponseRequestIDs, r.RequestIDs)
 }
 
 // SubmitResponseSize is the length of AppendSubmitResponse's bytes for r.
 func SubmitResponseSize(r *SubmitResponse) int {
-	n := uintSize(SubmitResponseRequestID, r.RequestID)
-	if len(r.Versions) > 0 {
-		k := 0
-		for _, v := range r.Versions {
-			k += protowire.SizeVarint(v)
-		}
-		n += protowire.SizeTag(SubmitResponseVersions) + protowire.SizeBytes(k)
-	}
+	n := uintSize(SubmitResponseRequestID, r.RequestID) + packedSize(SubmitResponseVersions, r.Versions)
 	for i := range r.PeerAcks {
 		n += protowire.SizeTag(SubmitResponsePeerAcks) + protowire.SizeBytes(peerAckSize(&r.PeerAcks[i]))
 	}
@@ -159,7 +148,19 @@ func SubmitResponseSize(r *SubmitResponse) int {
 	for i := range r.Results {
 		n += protowire.SizeTag(SubmitResponseResults) + protowire.SizeBytes(eventResultSize(&r.Results[i]))
 	}
-	return n
+	return n + packedSize(SubmitResponseRequestIDs, r.RequestIDs)
+}
+
+// packedSize is what appendPacked appends.
+func packedSize(field protowire.Number, vs []uint64) int {
+	if len(vs) == 0 {
+		return 0
+	}
+	k := 0
+	for _, v := range vs {
+		k += protowire.SizeVarint(v)
+	}
+	return protowire.SizeTag(field) + protowire.SizeBytes(k)
 }
 
 func peerAckSize(a *PeerAck) int {
@@ -242,6 +243,9 @@ type Answer struct {
 	Versions  []uint64 // appended to
 	// Outcomes has each result's outcome, an EventOutcome; appended to.
 	Outcomes []int32
+	// RequestIDs are the requests an answer of several covers (window_answers);
+	// appended to.
+	RequestIDs []uint64
 }
 
 // ParseSubmitResponse reads a SubmitResponse into a, appending to its Versions, with
@@ -263,6 +267,8 @@ func ParseSubmitResponse(b []byte, a *Answer) error {
 			a.RequestID, n = protowire.ConsumeVarint(b)
 		case num == SubmitResponseVersions:
 			a.Versions, n = appendVarints(a.Versions, num, typ, b)
+		case num == SubmitResponseRequestIDs:
+			a.RequestIDs, n = appendVarints(a.RequestIDs, num, typ, b)
 		case num == SubmitResponseResults && typ == protowire.BytesType:
 			var r []byte
 			if r, n = protowire.ConsumeBytes(b); n >= 0 {
@@ -306,4 +312,21 @@ func readOutcome(b []byte) (int32, bool) {
 		b = b[n:]
 	}
 	return outcome, true
+}
+
+// appendPacked appends a packed repeated uint64 field (nothing for none).
+func appendPacked(b []byte, field protowire.Number, vs []uint64) []byte {
+	if len(vs) == 0 {
+		return b
+	}
+	n := 0
+	for _, v := range vs {
+		n += protowire.SizeVarint(v)
+	}
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	for _, v := range vs {
+		b = protowire.AppendVarint(b, v)
+	}
+	return b
 }

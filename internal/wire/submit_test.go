@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
@@ -29,6 +30,8 @@ func TestAppendSubmitResponse(t *testing.T) {
 			PeerAcks: []PeerAck{{Peer: "10.0.0.1:7000", State: 1}, {Peer: "b", State: 4, Detail: "peer removed"}, {State: -1}}},
 			&fanoutv1.SubmitResponse{Versions: []uint64{0}, Results: []*fanoutv1.EventResult{{}},
 				PeerAcks: []*fanoutv1.PeerAck{{Peer: "10.0.0.1:7000", State: 1}, {Peer: "b", State: 4, Detail: "peer removed"}, {State: -1}}}},
+		{SubmitResponse{RequestID: 9, Versions: []uint64{4, 5}, Satisfied: true, RequestIDs: []uint64{7, 8, 1 << 50, 9}},
+			&fanoutv1.SubmitResponse{RequestId: 9, Versions: []uint64{4, 5}, Satisfied: true, RequestIds: []uint64{7, 8, 1 << 50, 9}}},
 	}
 	for i, c := range cases {
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(c.want)
@@ -66,7 +69,7 @@ func TestAppendEventVersion(t *testing.T) {
 // accepts and protobuf refuses has an event protobuf refuses (an event's bytes are
 // read later, by ReadEvent).
 func FuzzParseSubmit(f *testing.F) {
-	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 7, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL,
+	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 7, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, WindowAnswers: true,
 		AckTimeout: durationpb.New(1500e6), Events: []*fanoutv1.Event{{TaskId: "k", Version: 1}, {TaskId: "j"}}})
 	f.Add(seed)
 	f.Add(append(append([]byte{}, seed...), seed...)) // merged: four events, ack_timeout merged
@@ -91,7 +94,7 @@ func FuzzParseSubmit(f *testing.F) {
 			}
 			t.Fatalf("ParseSubmit read %+v; proto.Unmarshal: %v", s, werr)
 		}
-		if int32(s.Ack) != int32(want.Ack) || s.RequestID != want.RequestId || s.AckTimeout != (want.AckTimeout != nil) ||
+		if int32(s.Ack) != int32(want.Ack) || s.RequestID != want.RequestId || s.Window != want.WindowAnswers || s.AckTimeout != (want.AckTimeout != nil) ||
 			int64(s.AckTimeoutSeconds) != want.GetAckTimeout().GetSeconds() || int32(s.AckTimeoutNanos) != want.GetAckTimeout().GetNanos() ||
 			len(s.Events) != len(want.Events) {
 			t.Fatalf("read %+v; proto: %v", s, &want)
@@ -138,6 +141,7 @@ func FuzzParseSubmitResponse(f *testing.F) {
 	for _, r := range []*SubmitResponse{
 		{RequestID: 7, Versions: []uint64{1, 300}, Satisfied: true, Results: []EventResult{{Outcome: 1, Revision: 4}, {Outcome: 2, CurrentOrigin: "n"}}},
 		{RequestID: 1, Versions: []uint64{0}, Results: []EventResult{{Outcome: 3, Detail: "state table full"}}, PeerAcks: []PeerAck{{Peer: "p", State: 1}}},
+		{RequestID: 3, Versions: []uint64{5, 6}, Satisfied: true, RequestIDs: []uint64{2, 3}},
 	} {
 		f.Add(AppendSubmitResponse(nil, r))
 	}
@@ -154,7 +158,8 @@ func FuzzParseSubmitResponse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("ParseSubmitResponse: %v; proto.Unmarshal accepts it: %v", err, &want)
 		}
-		if a.RequestID != want.RequestId || len(a.Versions) != len(want.Versions) || len(a.Outcomes) != len(want.Results) {
+		if a.RequestID != want.RequestId || len(a.Versions) != len(want.Versions) || len(a.Outcomes) != len(want.Results) ||
+			!slices.Equal(a.RequestIDs, want.RequestIds) {
 			t.Fatalf("read %+v; proto: %v", a, &want)
 		}
 		for i, r := range want.Results {

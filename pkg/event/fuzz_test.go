@@ -52,7 +52,7 @@ func FuzzReadSubmit(f *testing.F) {
 			if err := proto.Unmarshal(data, &req); err != nil {
 				t.Fatalf("the reader accepts what protobuf refuses: %v", err)
 			}
-			if len(s.Events) != len(req.Events) || len(s.Heads) != len(req.Events) || s.Ack != req.Ack || s.RequestID != req.RequestId ||
+			if len(s.Events) != len(req.Events) || len(s.Heads) != len(req.Events) || s.Ack != req.Ack || s.RequestID != req.RequestId || s.Window != req.WindowAnswers ||
 				(req.AckTimeout != nil && s.AckTimeout != req.AckTimeout.AsDuration()) || (req.AckTimeout == nil && s.AckTimeout != 0) {
 				t.Fatalf("read %d events, ack %v, ack_timeout %v, request_id %d; decoded %v", len(s.Events), s.Ack, s.AckTimeout, s.RequestID, &req)
 			}

@@ -21,6 +21,9 @@ type Submit struct {
 	Ack        fanoutv1.AckPolicy
 	AckTimeout time.Duration
 	RequestID  uint64
+	// Window is window_answers: on SubmitStream, the answer may be sent with the
+	// next requests' (API v1.2).
+	Window bool
 }
 
 // ReadSubmit reads the SubmitRequest in b into s and checks the whole of it against
@@ -82,7 +85,7 @@ func (l Limits) ReadSubmit(b []byte, s *Submit) error {
 			"this sidecar does not know, and fields sent twice, count too: send a smaller event, or only "+
 			"the fields of fanout.v1.Event, once each", StoredSize(len(s.Events[i]), s.Heads[i].Version), bytes, l.MaxEventBytes)
 	}
-	s.Ack, s.AckTimeout, s.RequestID = fanoutv1.AckPolicy(ack), 0, r.RequestID
+	s.Ack, s.AckTimeout, s.RequestID, s.Window = fanoutv1.AckPolicy(ack), 0, r.RequestID, r.Window
 	if r.AckTimeout {
 		s.AckTimeout = asDuration(r.AckTimeoutSeconds, r.AckTimeoutNanos)
 	}

@@ -28,6 +28,7 @@ func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byt
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &streamWaits{send: send, node: n, sem: make(chan struct{}, maxStreamWaits)}
+	defer w.flush() // last: what the window holds, after the ordered answers
 	defer w.wg.Wait()
 	defer w.closeOrdered()
 	var b []byte // reused, except by a request that waits (below)
@@ -51,7 +52,10 @@ func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byt
 			return err
 		}
 		switch {
-		case n.waitsForAcks(c): // answered on completion
+		case n.waitsForAcks(c): // answered on completion, alone
+			if !c.req.Window {
+				err = w.flushBehind(ctx)
+			}
 			b = nil // c's events are b's bytes until c is done
 			err = w.start(ctx, func() error {
 				defer n.putCall(c)
@@ -66,7 +70,7 @@ func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byt
 			}
 		default: // answered in order, as read
 			if err = n.submitQueued(ctx, c); err == nil {
-				err = w.answer(c)
+				err = w.inWindow(c)
 			}
 			n.putCall(c)
 		}
@@ -86,6 +90,13 @@ type streamWaits struct {
 	mu   sync.Mutex
 	err  error  // guarded by mu: the first failure
 	out  []byte // guarded by mu: the answer being sent
+	// win holds the answers of window_answers requests not sent yet, encoded
+	// without request_id and satisfied; winIDs their request ids, in order; winSat
+	// whether every one was satisfied. Guarded by mu. Invariant: len(winIDs) <
+	// maxWindowRequests and len(win) < maxWindowBytes between calls.
+	win    []byte
+	winIDs []uint64
+	winSat bool
 	// ordered feeds inOrder's goroutine; nil until the first use and after
 	// closeOrdered. Used by ServeSubmitStream's goroutine only.
 	ordered chan *submitCall
@@ -119,9 +130,18 @@ func (w *streamWaits) inOrder(ctx context.Context, c *submitCall) error {
 		go func() {
 			defer w.wg.Done()
 			for c := range ch {
+				if c == flushMark {
+					if err := w.flush(); err != nil {
+						w.fail(err)
+						for range ch {
+						}
+						return
+					}
+					continue
+				}
 				err := w.node.durable(ctx, c.revision)
 				if err == nil {
-					err = w.answer(c)
+					err = w.inWindow(c)
 				}
 				w.node.putCall(c)
 				if err != nil {
@@ -157,12 +177,85 @@ func (w *streamWaits) fail(err error) {
 	}
 }
 
-// answer sends c's answer. Its bytes are written into one buffer the stream reuses:
-// send may not keep them (the edge's codec copies them before it returns).
+// answer sends c's answer alone. Its bytes are written into one buffer the stream
+// reuses: send may not keep them (the edge's codec copies them before it returns).
 func (w *streamWaits) answer(c *submitCall) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.out = wire.AppendSubmitResponse(w.out[:0], &c.resp)
+	return w.send(w.out)
+}
+
+// Bounds of a window of answers (window_answers): an answer of this many requests,
+// or this many bytes, is sent at once. 1 MiB is a quarter of a gRPC client's default
+// receive limit.
+const (
+	maxWindowRequests = 1000
+	maxWindowBytes    = 1 << 20
+)
+
+// flushMark, queued to inOrder's goroutine, sends what the window holds once the
+// answers queued before it are in it.
+var flushMark = new(submitCall)
+
+// inWindow answers c, an in-order request: held in the window if it set
+// window_answers (sent when the window is full), else sent with whatever the window
+// holds, in one answer.
+func (w *streamWaits) inWindow(c *submitCall) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !c.req.Window && len(w.winIDs) == 0 {
+		w.out = wire.AppendSubmitResponse(w.out[:0], &c.resp)
+		return w.send(w.out)
+	}
+	// Held: its fields but request_id and satisfied, which the window's answer
+	// writes once (repeated fields concatenate when protobuf reads them).
+	id, sat := c.resp.RequestID, c.resp.Satisfied
+	c.resp.RequestID, c.resp.Satisfied = 0, false
+	w.win = wire.AppendSubmitResponse(w.win, &c.resp)
+	c.resp.RequestID, c.resp.Satisfied = id, sat
+	w.winSat = sat && (len(w.winIDs) == 0 || w.winSat)
+	w.winIDs = append(w.winIDs, id)
+	if c.req.Window && len(w.winIDs) < maxWindowRequests && len(w.win) < maxWindowBytes {
+		return nil
+	}
+	return w.flushLocked()
+}
+
+// flush sends what the window holds, if anything.
+func (w *streamWaits) flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flushLocked()
+}
+
+// flushBehind sends what the window holds once every in-order answer read before
+// now is in it: at once without a data dir, else after the answers waiting for the
+// disk (through inOrder's goroutine).
+func (w *streamWaits) flushBehind(ctx context.Context) error {
+	if w.ordered == nil {
+		return w.flush()
+	}
+	select {
+	case w.ordered <- flushMark:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flushLocked sends the window's answer: the held answers, then the last request's
+// id, satisfied if every one was, and the ids of all (one alone: none). w.mu is held.
+func (w *streamWaits) flushLocked() error {
+	if len(w.winIDs) == 0 {
+		return nil
+	}
+	tail := wire.SubmitResponse{RequestID: w.winIDs[len(w.winIDs)-1], Satisfied: w.winSat}
+	if len(w.winIDs) > 1 {
+		tail.RequestIDs = w.winIDs
+	}
+	w.out = wire.AppendSubmitResponse(append(w.out[:0], w.win...), &tail)
+	w.win, w.winIDs = w.win[:0], w.winIDs[:0]
 	return w.send(w.out)
 }
 

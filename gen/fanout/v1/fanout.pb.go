@@ -310,7 +310,18 @@ type SubmitRequest struct {
 	// invalid.
 	AckTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
 	// request_id is echoed in the response; SubmitStream matches on it.
-	RequestId     uint64 `protobuf:"varint,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId uint64 `protobuf:"varint,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// window_answers (SubmitStream only, API v1.2) lets the sidecar hold this
+	// request's answer and send it in one SubmitResponse with the answers of the
+	// requests after it (fewer messages for a client that pipelines many small
+	// requests). Held answers are sent when the sidecar reads a request that does
+	// not set it (with that request's answer, unless it waits for acks), when they
+	// reach 1,000 requests or 1 MiB, and before the stream ends, with an error or
+	// not: a request that fails ends the stream after an answer of every request
+	// before it. So a client sets it on every request but the last one it has to
+	// send now. A request that waits for acks (ONE, QUORUM, ALL with peers to wait
+	// for) is answered alone, as without it. Submit ignores it.
+	WindowAnswers bool `protobuf:"varint,5,opt,name=window_answers,json=windowAnswers,proto3" json:"window_answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +384,13 @@ func (x *SubmitRequest) GetRequestId() uint64 {
 	return 0
 }
 
+func (x *SubmitRequest) GetWindowAnswers() bool {
+	if x != nil {
+		return x.WindowAnswers
+	}
+	return false
+}
+
 type SubmitResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -385,7 +403,12 @@ type SubmitResponse struct {
 	// (events answered STALE or REFUSED are not sent, so no peer acknowledges them).
 	Satisfied bool `protobuf:"varint,4,opt,name=satisfied,proto3" json:"satisfied,omitempty"`
 	// results[i] is what this node did with events[i].
-	Results       []*EventResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*EventResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	// request_ids are the requests an answer of several covers (SubmitStream with
+	// window_answers, API v1.2), in the order they were sent; request_id is the last
+	// of them, and versions and results are theirs, concatenated in that order
+	// (satisfied: every one's). Empty on an answer of one request.
+	RequestIds    []uint64 `protobuf:"varint,6,rep,packed,name=request_ids,json=requestIds,proto3" json:"request_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +474,13 @@ func (x *SubmitResponse) GetSatisfied() bool {
 func (x *SubmitResponse) GetResults() []*EventResult {
 	if x != nil {
 		return x.Results
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetRequestIds() []uint64 {
+	if x != nil {
+		return x.RequestIds
 	}
 	return nil
 }
@@ -1823,21 +1853,24 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\adeleted\x18\x06 \x01(\bR\adeleted\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +
 	"\rSubmitRequest\x12(\n" +
 	"\x06events\x18\x01 \x03(\v2\x10.fanout.v1.EventR\x06events\x12&\n" +
 	"\x03ack\x18\x02 \x01(\x0e2\x14.fanout.v1.AckPolicyR\x03ack\x12:\n" +
 	"\vack_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"ackTimeout\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\x04R\trequestId\"\xcc\x01\n" +
+	"request_id\x18\x04 \x01(\x04R\trequestId\x12%\n" +
+	"\x0ewindow_answers\x18\x05 \x01(\bR\rwindowAnswers\"\xed\x01\n" +
 	"\x0eSubmitResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
 	"\bversions\x18\x02 \x03(\x04R\bversions\x12/\n" +
 	"\tpeer_acks\x18\x03 \x03(\v2\x12.fanout.v1.PeerAckR\bpeerAcks\x12\x1c\n" +
 	"\tsatisfied\x18\x04 \x01(\bR\tsatisfied\x120\n" +
-	"\aresults\x18\x05 \x03(\v2\x16.fanout.v1.EventResultR\aresults\"\xc4\x01\n" +
+	"\aresults\x18\x05 \x03(\v2\x16.fanout.v1.EventResultR\aresults\x12\x1f\n" +
+	"\vrequest_ids\x18\x06 \x03(\x04R\n" +
+	"requestIds\"\xc4\x01\n" +
 	"\vEventResult\x121\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x17.fanout.v1.EventOutcomeR\aoutcome\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
