@@ -10,7 +10,7 @@ import (
 )
 
 // One apply path. Every event another node wrote reaches the state table here, by
-// one of two entries that share the per-event steps (checkEvent, then storeEvent):
+// one of two entries that share the per-event steps (checkEvent, then eventStore):
 //
 //   - live delivery: a peer's own writes as it replicates them (Replicate,
 //     ReplicateBytes, a replicate stream: node.go). One verdict per event.
@@ -70,36 +70,88 @@ func (n *Node) checkEvent(k applyKind, raw []byte, bound versionBound) (wire.Eve
 	return h, eventFits
 }
 
-// storeEvent applies an event checkEvent passed, read into h from raw, written by
-// origin and submitted at submitted (unix nanos, 0 if not given), on path k: the
-// own-origin rule, the clock, the Put, the sender's count, and the verdict. now is
-// the request's, limit the clock's observe limit at now (observeLimit); src counts
-// the writes of the sender.
-func (n *Node) storeEvent(k applyKind, h *wire.EventHead, raw []byte, origin string, submitted int64,
-	now time.Time, limit uint64, src *sourceCount) fanoutv1.ItemStatus {
+// storeBatchSize is how many writes an eventStore offers the state table at a time:
+// state's PutBatch step, so that a peer's batch takes the table's lock once per 64
+// events, not once per event.
+const storeBatchSize = 64
+
+// eventStore applies, for one request, the events checkEvent passed, on path k: the
+// own-origin rule, the clock, the Put, the sender's count, and the verdict. It gathers
+// the writes and offers them to the table a batch at a time (state.Table.PutBatch,
+// the same as one Put each in order), and writes each event's verdict into
+// statuses at the event's index (by done at the latest). An event of this node's
+// origin is judged against the table as the events before it left it: the writes
+// gathered are put first.
+type eventStore struct {
+	n        *Node
+	k        applyKind
+	now      time.Time
+	limit    uint64 // the clock's observe limit at now (observeLimit)
+	src      *sourceCount
+	statuses []fanoutv1.ItemStatus // one per event of the request
+
+	ws       [storeBatchSize]state.Write
+	at       [storeBatchSize]int // at[j] is the index of ws[j]'s event
+	pending  int
+	rs       [storeBatchSize]state.Result
+	restored uint64 // own-origin writes taken (a repair's: an earlier process's)
+	tally    sourceTally
+}
+
+// store applies event i, read into h from raw, written by origin and submitted at
+// submitted (unix nanos, 0 if not given). Its verdict may wait for the next flush.
+func (s *eventStore) store(i int, h *wire.EventHead, raw []byte, origin string, submitted int64) {
+	n := s.n
 	own := origin == n.cfg.NodeID
-	if !own || k == applyRepair {
-		n.clock.observeUnder(h.Version, limit) // before the Put: a later local write wins
+	if !own || s.k == applyRepair {
+		n.clock.observeUnder(h.Version, s.limit) // before the Put: a later local write wins
 	}
 	if own {
-		if st, take := n.ownEvent(k, h, submitted, now); !take {
-			return st
+		s.flush() // judged against the table as the events before it left it
+		if st, take := n.ownEvent(s.k, h, submitted, s.now); !take {
+			s.statuses[i] = st
+			return
 		}
 	}
-	w := state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
+	if s.pending == storeBatchSize {
+		s.flush()
+	}
+	s.ws[s.pending] = state.Write{Key: h.TaskID, KeyOffset: h.TaskOff, Raw: raw,
 		Stamp: state.Stamp{Version: h.Version, Origin: origin}, Submitted: submitted, Deleted: h.Deleted}
-	r := n.table.Put(&w, now)
-	src.count(r)
-	switch r.Outcome {
-	case state.Applied:
-		if own { // only a repair takes one: an earlier process's write
-			n.own.syncRestored.Add(1)
+	s.at[s.pending] = i
+	s.pending++
+}
+
+// flush puts the writes gathered and hands out their verdicts.
+func (s *eventStore) flush() {
+	if s.pending == 0 {
+		return
+	}
+	for j, r := range s.n.table.PutBatch(s.ws[:s.pending], s.now, s.rs[:0]) {
+		s.tally.count(r)
+		st := fanoutv1.ItemStatus_ITEM_STATUS_STALE
+		switch r.Outcome {
+		case state.Applied:
+			if s.ws[j].Stamp.Origin == s.n.cfg.NodeID { // only a repair takes one: an earlier process's write
+				s.restored++
+			}
+			st = fanoutv1.ItemStatus_ITEM_STATUS_OK
+		case state.Full:
+			st = fanoutv1.ItemStatus_ITEM_STATUS_BUSY
 		}
-		return fanoutv1.ItemStatus_ITEM_STATUS_OK
-	case state.Full:
-		return fanoutv1.ItemStatus_ITEM_STATUS_BUSY
-	default:
-		return fanoutv1.ItemStatus_ITEM_STATUS_STALE
+		s.statuses[s.at[j]] = st
+	}
+	clear(s.ws[:s.pending]) // the writes alias the request's bytes
+	s.pending = 0
+}
+
+// done flushes the writes gathered and adds the counts, once per request: the
+// atomics are shared.
+func (s *eventStore) done() {
+	s.flush()
+	s.src.add(&s.tally)
+	if s.restored != 0 {
+		s.n.own.syncRestored.Add(s.restored)
 	}
 }
 
@@ -138,14 +190,18 @@ func (n *Node) Apply(from string, entries []*fanoutv1.SyncEntry) (int, error) {
 		heads[i] = h
 	}
 	applied, relayed := 0, uint64(0)
-	limit := observeLimit(now)
-	src := n.sources.of(from)
+	st := &eventStore{n: n, k: applyRepair, now: now, limit: observeLimit(now), src: n.sources.of(from),
+		statuses: make([]fanoutv1.ItemStatus, len(entries))}
 	for i, e := range entries {
 		o := e.GetOrigin()
 		if o != from && o != n.cfg.NodeID {
 			relayed++
 		}
-		if n.storeEvent(applyRepair, &heads[i], e.GetEvent(), o, e.GetSubmittedAtUnixNanos(), now, limit, src) == fanoutv1.ItemStatus_ITEM_STATUS_OK {
+		st.store(i, &heads[i], e.GetEvent(), o, e.GetSubmittedAtUnixNanos())
+	}
+	st.done()
+	for _, s := range st.statuses {
+		if s == fanoutv1.ItemStatus_ITEM_STATUS_OK {
 			applied++
 		}
 	}

@@ -288,20 +288,25 @@ func (n *Node) replicateParsed(_ context.Context, caller Caller, req *wire.Repli
 	now := n.cfg.Now()
 	bound := newVersionBound(now, maxPeerAhead)
 	limit := observeLimit(now)
-	from, src := n.received.of(req.Origin), n.sources.of(req.Origin)
+	from := n.received.of(req.Origin)
 	var counts [recvOutcomes]uint64 // added once per request: the atomics are shared
+	st := &eventStore{n: n, k: applyLive, now: now, limit: limit, src: n.sources.of(req.Origin), statuses: resp.Statuses}
 	for i, raw := range req.Events {
-		st := fanoutv1.ItemStatus_ITEM_STATUS_INVALID
-		if h, f := n.checkEvent(applyLive, raw, bound); f == eventFits {
-			var submitted int64
-			if len(req.Submitted) > i {
-				submitted = req.Submitted[i]
-			}
-			st = n.storeEvent(applyLive, &h, raw, req.Origin, submitted, now, limit, src)
+		h, f := n.checkEvent(applyLive, raw, bound)
+		if f != eventFits {
+			resp.Statuses[i] = fanoutv1.ItemStatus_ITEM_STATUS_INVALID
+			continue
 		}
-		resp.Statuses[i] = st
-		counts[recvOutcome(st)]++
-		if st != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {
+		var submitted int64
+		if len(req.Submitted) > i {
+			submitted = req.Submitted[i]
+		}
+		st.store(i, &h, raw, req.Origin, submitted)
+	}
+	st.done()
+	for i, s := range resp.Statuses {
+		counts[recvOutcome(s)]++
+		if s != fanoutv1.ItemStatus_ITEM_STATUS_INVALID && len(req.Submitted) > i {
 			from.observeLag(now, req.Submitted[i])
 		}
 	}

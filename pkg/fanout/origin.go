@@ -148,12 +148,26 @@ func (s *sourceWrites) of(source string) *sourceCount {
 	return s.boundedSeries.of(source, func() *sourceCount { return new(sourceCount) })
 }
 
+// sourceTally counts a request's peer writes, for its sender's sourceCount (add):
+// the atomics are shared, so they are added once per request.
+type sourceTally struct{ added, refused uint64 }
+
 // count records a peer write's result.
-func (c *sourceCount) count(r state.Result) {
+func (c *sourceTally) count(r state.Result) {
 	switch {
 	case r.Outcome == state.Full:
-		c.refused.Add(1)
+		c.refused++
 	case r.Added:
-		c.added.Add(1)
+		c.added++
+	}
+}
+
+// add adds t's counts.
+func (c *sourceCount) add(t *sourceTally) {
+	if t.added != 0 {
+		c.added.Add(t.added)
+	}
+	if t.refused != 0 {
+		c.refused.Add(t.refused)
 	}
 }

@@ -23,6 +23,29 @@ func syncEntry(t *testing.T, origin, key string, v uint64, submitted int64) *fan
 	return &fanoutv1.SyncEntry{Event: raw, Origin: origin, SubmittedAtUnixNanos: submitted}
 }
 
+// TestOwnOriginAfterWritesOfItsBatch: an entry of this node's origin is judged
+// against the table as the entries before it in the same request left it, though the
+// apply path puts a request's entries in batches: a peer's newer write of the key,
+// earlier in the Push, makes it an old state of the key (STALE), not a planted one.
+func TestOwnOriginAfterWritesOfItsBatch(t *testing.T) {
+	tn := startTestNode(t, testConfig("a"))
+	n, ctx := tn.node, context.Background()
+	wall := time.Now()
+	v, sub := wallVersion(wall), wall.UnixNano()
+	sr := n.own.syncRefused.Load()
+	r, err := tn.peer.Push(ctx, &fanoutv1.PushRequest{NodeId: "b", Entries: []*fanoutv1.SyncEntry{
+		syncEntry(t, "b", "k", v+1000, sub), syncEntry(t, "a", "k", v, sub)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.GetApplied(); got != 1 || n.own.syncRefused.Load() != sr {
+		t.Fatalf("applied %d, refused as planted %d; want 1 and 0", got, n.own.syncRefused.Load()-sr)
+	}
+	if e, ok := n.table.Get([]byte("k")); !ok || e.Stamp != (state.Stamp{Version: v + 1000, Origin: "b"}) {
+		t.Fatalf("k holds %v %+v, want b's write", ok, e.Stamp)
+	}
+}
+
 // TestOwnOriginEntries: entries that claim node a's origin. An echo of a's own write
 // changes nothing and is not counted; one that a's process would hold and does not
 // (a version at or above its floor, in either band) is refused and counted, by
@@ -215,7 +238,9 @@ func TestOwnOriginAfterRestart(t *testing.T) {
 func TestSourceWritesBoundsSources(t *testing.T) {
 	var s sourceWrites
 	for i := range maxOriginSeries + 10 {
-		s.of(fmt.Sprintf("node-%d", i)).count(state.Result{Outcome: state.Full})
+		var t sourceTally
+		t.count(state.Result{Outcome: state.Full})
+		s.of(fmt.Sprintf("node-%d", i)).add(&t)
 	}
 	m := s.snapshot()
 	if len(m) != maxOriginSeries+1 {
@@ -228,9 +253,11 @@ func TestSourceWritesBoundsSources(t *testing.T) {
 		t.Error("a known source or one past the bound got new counters")
 	}
 	c := s.of("node-1")
-	c.count(state.Result{Outcome: state.Applied, Added: true})
-	c.count(state.Result{Outcome: state.Applied}) // an update: not a new key
-	c.count(state.Result{Outcome: state.Stale})
+	var tally sourceTally
+	tally.count(state.Result{Outcome: state.Applied, Added: true})
+	tally.count(state.Result{Outcome: state.Applied}) // an update: not a new key
+	tally.count(state.Result{Outcome: state.Stale})
+	c.add(&tally)
 	if c.added.Load() != 1 || c.refused.Load() != 1 {
 		t.Errorf("node-1: added %d, refused %d; want 1 and 1", c.added.Load(), c.refused.Load())
 	}

@@ -10,8 +10,16 @@ package state
 // removed in the meantime.
 //
 // Each record is an 8-byte header (the entry index that owned it when written, and the
-// length of the bytes) and the event's bytes. A slab that falls below half live is compacted: its live records are
-// copied to the current slab and it is dropped.
+// length of the bytes) and the event's bytes. A slab with nothing live left is dropped
+// at once. The slabs other than the current one are compacted when their dead bytes
+// outgrow half their live ones: the least live of them has its live records copied
+// to the current slab and is dropped (compactable). So a slab is copied only when the
+// arena needs the room, and the least live one first: when keys are written again in
+// the order they were written (a saturated receiver's load), each slab dies whole and
+// is dropped without a byte copied, where compacting each slab at half live (the rule
+// before) copied about half of every record and held twice the live bytes; when they
+// are written again at random, it copies a fifth less than that rule and holds about
+// as much (1.6 times the live bytes against 1.5: BenchmarkChurn).
 
 const (
 	// slabSize is the capacity of a shared slab. 1 MiB: a few hundred slabs for a
@@ -37,6 +45,9 @@ type arena struct {
 	free  []uint32 // ids of dropped slabs
 	cur   uint32   // the slab appended to; noSlab before the first record
 	size  int64    // capacity of the slabs in use, in bytes (the arena's footprint)
+	// used and live are the sums of len(b) and of live over the slabs in use.
+	// Invariant: live <= used.
+	used, live int64
 }
 
 func newArena() arena { return arena{cur: noSlab} }
@@ -58,6 +69,8 @@ func (a *arena) alloc(ent uint32, raw []byte) (id, off uint32) {
 	s.b = appendUint32(appendUint32(s.b, ent), uint32(len(raw)))
 	s.b = append(s.b, raw...)
 	s.live += need
+	a.used += int64(need)
+	a.live += int64(need)
 	return id, off
 }
 
@@ -79,25 +92,52 @@ func (a *arena) bytes(id, off, n uint32) []byte {
 	return a.slabs[id].b[off : off+n : off+n]
 }
 
-// release marks a record dead. It reports whether the slab should now be compacted
-// (it is not the current slab, and less than half of it is live); a slab with
-// nothing live left is dropped at once.
-func (a *arena) release(id uint32, n uint32) (compact bool) {
+// release marks a record dead. A slab with nothing live left, other than the
+// current one, is dropped at once. It returns the slab to compact now (compactable),
+// or noSlab.
+func (a *arena) release(id uint32, n uint32) (compact uint32) {
 	s := &a.slabs[id]
 	s.live -= headerSize + int(n)
-	if id == a.cur {
-		return false
-	}
-	if s.live == 0 {
+	a.live -= headerSize + int64(n)
+	if id != a.cur && s.live == 0 {
 		a.drop(id)
-		return false
 	}
-	return s.live*2 < len(s.b)
+	return a.compactable()
+}
+
+// compactable returns the slab to compact, or noSlab: the least live slab other
+// than the current one, once those slabs' dead bytes outgrow half their live bytes
+// (so the arena stays within 1.5 times the live bytes and a slab or two). The least
+// live slab is then less than two thirds live (they are, together): a compaction
+// copies at most two thirds of a slab and frees at least a third of one.
+func (a *arena) compactable() uint32 {
+	used, live := a.used, a.live
+	if a.cur != noSlab {
+		used -= int64(len(a.slabs[a.cur].b))
+		live -= int64(a.slabs[a.cur].live)
+	}
+	if 2*(used-live) <= live {
+		return noSlab
+	}
+	best := noSlab
+	for id := range a.slabs {
+		s := &a.slabs[id]
+		if uint32(id) == a.cur || s.b == nil {
+			continue
+		}
+		// s.live/len(s.b) < b.live/len(b.b), without dividing.
+		if b := &a.slabs[best%uint32(len(a.slabs))]; best == noSlab || s.live*len(b.b) < b.live*len(s.b) {
+			best = uint32(id)
+		}
+	}
+	return best
 }
 
 // drop forgets a slab. Readers that still hold slices of it keep its array alive.
 func (a *arena) drop(id uint32) {
 	a.size -= int64(cap(a.slabs[id].b))
+	a.used -= int64(len(a.slabs[id].b))
+	a.live -= int64(a.slabs[id].live)
 	a.slabs[id] = slab{}
 	a.free = append(a.free, id)
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -126,4 +127,41 @@ func BenchmarkGC(b *testing.B) {
 	b.ReportMetric(float64(st.ArenaBytes)/(1<<20), "arena-MiB")
 	b.ReportMetric(float64(st.LogSlots), "log-slots")
 	runtime.KeepAlive(t)
+}
+
+// BenchmarkChurn measures updates of a full table's keys in two orders: fifo (each
+// key again after every other, as a saturated run's receiver sees them: the arena's
+// slabs die whole, in order) and random (uniform: every slab decays alike). It
+// reports the arena's footprint per event byte held (arena-x), which the slabs'
+// compaction trades against the bytes it copies.
+func BenchmarkChurn(b *testing.B) {
+	now := time.Unix(1_700_000_000, 0)
+	const keys = 100_000
+	raws, kl := benchEvents(keys)
+	for _, order := range []string{"fifo", "random"} {
+		b.Run(fmt.Sprintf("order=%s/keys=%d", order, keys), func(b *testing.B) {
+			t := benchTable(b, keys)
+			for i := range raws {
+				t.Put(write(raws[i], kl, 1), now)
+			}
+			next := func(i int) int { return i % keys }
+			if order == "random" {
+				rng := rand.New(rand.NewPCG(1, 2))
+				next = func(int) int { return rng.IntN(keys) }
+			}
+			for i := range 3 * keys { // past the first compactions: a steady state
+				t.Put(write(raws[next(i)], kl, uint64(2+i)), now)
+			}
+			v := uint64(3 * keys)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				v++
+				t.Put(write(raws[next(i)], kl, v), now)
+				i++
+			}
+			st := t.Stats()
+			b.ReportMetric(float64(st.ArenaBytes)/float64(st.Bytes), "arena-x")
+		})
+	}
 }

@@ -10,8 +10,9 @@
 // and:
 //
 //   - copies the event's bytes into the arena (arena.go), a set of 1 MiB append-only
-//     slabs; the entry's old record is now dead, and a slab less than half live is
-//     compacted into the current slab and dropped;
+//     slabs; the entry's old record is now dead, a slab with nothing live is
+//     dropped, and once the slabs hold more dead bytes than half their live ones
+//     the least live slab is compacted into the current slab and dropped;
 //   - appends (revision, entry) to the revision log (revlog.go); the entry's old slot
 //     is now dead, because its revision no longer matches the entry's;
 //   - wakes the readers waiting in Changed.
@@ -71,5 +72,5 @@
 //
 // One mutex guards the table. Every call holds it for a bounded step: one write, one
 // read, one scan step of at most 4096 log slots, one compaction of a 1024-slot chunk
-// or of half a slab.
+// or of two thirds of a slab.
 package state

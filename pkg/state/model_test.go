@@ -198,30 +198,26 @@ func (h *harness) step(op, a, b, c uint8) {
 	rng := rand.New(rand.NewPCG(uint64(a), uint64(b)<<8|uint64(c)))
 	h.steps++
 	switch op % 8 {
-	case 0, 1, 2, 3: // put, by the node's own app or from a peer
-		own := op&8 != 0
-		key := h.keys[int(a)%len(h.keys)]
-		raw, off := event(rng, key)
-		if h.big && c%7 == 0 {
-			raw = append(raw, make([]byte, bigRecord)...)
+	case 0, 1, 2: // put, by the node's own app or from a peer
+		w := h.write(op, a, b, c)
+		got := h.tab.Put(&w, h.now)
+		h.checkPut(&w, got)
+	case 3: // a batch of puts, of 1 to 2*putBatchStep+2 writes (a key may recur)
+		n := 1 + int(c)%3*putBatchStep + int(b)%3
+		if len(h.keys) <= 50 || c%4 != 0 {
+			n = 1 + int(c)%9 // mostly small: the harness's keys are few
 		}
-		// Versions rise slowly with the steps, so keys keep changing, and are out
-		// of order within a window of 16.
-		s := Stamp{Version: uint64(b%16) + h.steps/32, Origin: origins3[int(c)%3]}
-		del := c%5 == 0
-		// Submitted: now, a while ago (a late or repaired replica, up to 4 minutes),
-		// or unknown (0).
-		var sub int64
-		if a%4 != 0 {
-			sub = h.now.Add(-time.Duration(b) * time.Second).UnixNano()
+		ws := make([]Write, n)
+		for i := range ws {
+			ws[i] = h.write(uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)))
 		}
-		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: sub, Deleted: del, Own: own}
-		got := h.tab.Put(w, h.now)
-		want := h.ref.put(key, raw, s, sub, del, own, h.now)
-		if got != want {
-			h.t.Fatalf("Put(%s %+v del=%v own=%v) = %+v, model %+v", key, s, del, own, got, want)
+		got := h.tab.PutBatch(ws, h.now, make([]Result, 1, 1+n)) // appends
+		if len(got) != 1+n {
+			h.t.Fatalf("PutBatch of %d writes: %d results", n, len(got)-1)
 		}
-		raw[off] ^= 0xff // the table must have copied it
+		for i := range ws { // the model puts them one by one
+			h.checkPut(&ws[i], got[1+i])
+		}
 	case 4: // time passes
 		h.now = h.now.Add(time.Duration(a) * time.Second)
 	case 5: // collect
@@ -239,6 +235,38 @@ func (h *harness) step(op, a, b, c uint8) {
 		h.checkScan(a, b, c)
 	}
 	h.checkStats()
+}
+
+// write makes a write of one of the harness's keys from op, a, b and c.
+func (h *harness) write(op, a, b, c uint8) Write {
+	rng := rand.New(rand.NewPCG(uint64(a)<<8|uint64(op), uint64(b)<<8|uint64(c)))
+	own := op&8 != 0
+	key := h.keys[int(a)%len(h.keys)]
+	raw, off := event(rng, key)
+	if h.big && c%7 == 0 {
+		raw = append(raw, make([]byte, bigRecord)...)
+	}
+	// Versions rise slowly with the steps, so keys keep changing, and are out of
+	// order within a window of 16.
+	s := Stamp{Version: uint64(b%16) + h.steps/32, Origin: origins3[int(c)%3]}
+	del := c%5 == 0
+	// Submitted: now, a while ago (a late or repaired replica, up to 4 minutes), or
+	// unknown (0).
+	var sub int64
+	if a%4 != 0 {
+		sub = h.now.Add(-time.Duration(b) * time.Second).UnixNano()
+	}
+	return Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: s, Submitted: sub, Deleted: del, Own: own}
+}
+
+// checkPut puts w in the model and compares its result with got, the table's.
+func (h *harness) checkPut(w *Write, got Result) {
+	key := string(w.Key)
+	want := h.ref.put(key, bytes.Clone(w.Raw), w.Stamp, w.Submitted, w.Deleted, w.Own, h.now)
+	if got != want {
+		h.t.Fatalf("Put(%s %+v del=%v own=%v) = %+v, model %+v", key, w.Stamp, w.Deleted, w.Own, got, want)
+	}
+	w.Raw[w.KeyOffset] ^= 0xff // the table must have copied it
 }
 
 func (h *harness) checkScan(a, b, c uint8) {
@@ -327,6 +355,7 @@ func (h *harness) checkArena() {
 			live[e.slab] += headerSize + int(e.size)
 		}
 	}
+	var used, all, usedOthers, liveOthers int64
 	for id, s := range tab.arena.slabs {
 		if s.live != live[id] {
 			h.t.Fatalf("slab %d counts %d live bytes, entries hold %d", id, s.live, live[id])
@@ -334,6 +363,18 @@ func (h *harness) checkArena() {
 		if s.b == nil && live[id] != 0 {
 			h.t.Fatalf("dropped slab %d still holds %d live bytes", id, live[id])
 		}
+		used, all = used+int64(len(s.b)), all+int64(s.live)
+		if uint32(id) != tab.arena.cur {
+			usedOthers, liveOthers = usedOthers+int64(len(s.b)), liveOthers+int64(s.live)
+		}
+	}
+	if tab.arena.used != used || tab.arena.live != all {
+		h.t.Fatalf("arena counts %d bytes used, %d live; its slabs hold %d, %d", tab.arena.used, tab.arena.live, used, all)
+	}
+	// The slabs other than the current one stay within 1.5 times their live bytes,
+	// and a slab that a compaction may be due to take next.
+	if dead := usedOthers - liveOthers; 2*dead > liveOthers+2*slabSize {
+		h.t.Fatalf("arena slabs other than the current one: %d bytes dead for %d live", dead, liveOthers)
 	}
 }
 
@@ -399,8 +440,127 @@ func TestCompactionKeepsRevisionOrder(t *testing.T) {
 	}
 	h.checkScan(1, 0, 1)
 	h.checkStats()
+	h.checkArena()
 	st := h.tab.Stats()
 	t.Logf("keys %d, log slots %d, arena %d bytes for %d event bytes", st.Keys, st.LogSlots, st.ArenaBytes, st.Bytes)
+}
+
+// TestPutBatchEqualsPuts writes the same writes to two tables, one by one (Put,
+// checked against the model) and in batches of 1 to 3*putBatchStep (PutBatch), at
+// every bound and with keys recurring within a batch: the results, the stats, the
+// digest and every entry (revisions included) must be the same.
+func TestPutBatchEqualsPuts(t *testing.T) {
+	for _, cfg := range []Config{
+		{MaxKeys: 1000, MaxBytes: 1 << 20, TombstoneTTL: 30 * time.Second},
+		{MaxKeys: 8, MaxBytes: 400, MaxTombstones: 4, MaxTombstoneBytes: 200, OwnReservePercent: 25, TombstoneTTL: 20 * time.Second},
+		{MaxKeys: 100, MaxBytes: 2000, MaxTombstones: 5, TombstoneTTL: time.Hour},
+	} {
+		h := newHarness(t, cfg, 40)
+		batched, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(cfg.MaxKeys), 11))
+		for round := range 300 {
+			ws := make([]Write, 1+rng.IntN(3*putBatchStep))
+			for i := range ws {
+				h.steps++
+				ws[i] = h.write(uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)))
+			}
+			copies := make([]Write, len(ws))
+			for i, w := range ws {
+				copies[i] = w
+				copies[i].Raw = bytes.Clone(w.Raw)
+				copies[i].Key = copies[i].Raw[w.KeyOffset : w.KeyOffset+len(w.Key)]
+			}
+			got := batched.PutBatch(copies, h.now, nil)
+			for i := range ws {
+				want := h.tab.Put(&ws[i], h.now)
+				h.checkPut(&ws[i], want)
+				if got[i] != want {
+					t.Fatalf("round %d write %d of %d: PutBatch %+v, Put %+v", round, i, len(ws), got[i], want)
+				}
+			}
+			h.checkStats()
+			if a, b := h.tab.Stats(), batched.Stats(); a != b {
+				t.Fatalf("round %d: stats by Put %+v, by PutBatch %+v", round, a, b)
+			}
+			if a, b := h.tab.DigestRoot(), batched.DigestRoot(); a != b {
+				t.Fatalf("round %d: digest by Put %x, by PutBatch %x", round, a, b)
+			}
+			if round%3 == 0 {
+				h.now = h.now.Add(time.Duration(rng.IntN(20)) * time.Second)
+			}
+		}
+		a, b := scanAll(t, h.tab), scanAll(t, batched)
+		if len(a) != len(b) {
+			t.Fatalf("%d entries by Put, %d by PutBatch", len(a), len(b))
+		}
+		for i := range a {
+			if !bytes.Equal(a[i].Raw, b[i].Raw) || a[i].Stamp != b[i].Stamp || a[i].Revision != b[i].Revision ||
+				a[i].Deleted != b[i].Deleted || a[i].Submitted != b[i].Submitted {
+				t.Fatalf("entry %d by Put %+v, by PutBatch %+v", i, a[i], b[i])
+			}
+		}
+		st := batched.Stats()
+		t.Logf("keys %d, tombstones %d, refused %d, collected early %d, stale %d", st.Keys, st.Tombstones, st.Refused, st.CollectedEarly, st.StaleSeen)
+	}
+}
+
+// scanAll reads every entry, deletions included, in revision order.
+func scanAll(t *testing.T, tab *Table) []Entry {
+	s := Scan{After: tab.Stats().Compacted, Deletions: true, MaxEntries: 100, MaxBytes: 1 << 20}
+	var out []Entry
+	for !tab.Done(&s) {
+		page, err := tab.Next(&s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page...)
+	}
+	return out
+}
+
+// TestArenaStaysProportional writes 5,000 keys of ~450 bytes (a few slabs), then
+// rewrites every other one at random, so every slab keeps cold records live among
+// the dead: the compactions must keep the arena within its bound (checkArena) and
+// every key's latest bytes intact.
+func TestArenaStaysProportional(t *testing.T) {
+	tab, err := New(Config{MaxKeys: 5000, MaxBytes: 1 << 30, TombstoneTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, tab: tab}
+	rng := rand.New(rand.NewPCG(3, 4))
+	latest := map[string][]byte{}
+	put := func(key string, v uint64) {
+		raw, off := event(rng, key)
+		raw = append(raw, make([]byte, 400)...)
+		w := &Write{Key: raw[off : off+len(key)], KeyOffset: off, Raw: raw, Stamp: Stamp{Version: v, Origin: "a"}}
+		if r := tab.Put(w, time.Unix(1_700_000_000, 0)); r.Outcome != Applied {
+			t.Fatalf("Put %s: %+v", key, r)
+		}
+		latest[key] = raw
+	}
+	keys := make([]string, 5000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%04d", i)
+		put(keys[i], 1)
+	}
+	for i := range 100000 {
+		put(keys[2*rng.IntN(len(keys)/2)], uint64(2+i))
+		if i%1000 == 0 {
+			h.checkArena()
+		}
+	}
+	h.checkArena()
+	for k, raw := range latest {
+		if e, ok := tab.Get([]byte(k)); !ok || !bytes.Equal(e.Raw, raw) {
+			t.Fatalf("Get(%s) = %v %q, want %q", k, ok, e.Raw, raw)
+		}
+	}
+	st := tab.Stats()
+	t.Logf("keys %d, arena %d bytes for %d event bytes", st.Keys, st.ArenaBytes, st.Bytes)
 }
 
 func TestChangedWakesReaders(t *testing.T) {
