@@ -37,8 +37,8 @@ func refuseMeshFlags(fs *pflag.FlagSet, transport string) error {
 	var errs []error
 	for _, name := range meshOnlyFlags() {
 		if fs.Changed(name) {
-			errs = append(errs, fmt.Errorf("--%s: not used with --transport=jetstream (only the mesh uses it; the stream carries the events): "+
-				"remove it, or its %s", name, envName(name)))
+			errs = append(errs, fmt.Errorf("--%s: not used with --transport=jetstream (the stream carries the events): remove it "+
+				"(or its %s; only the mesh uses it)", name, envName(name)))
 		}
 	}
 	return errors.Join(errs...)

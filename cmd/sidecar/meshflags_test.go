@@ -38,7 +38,7 @@ func TestMeshOnlyFlags(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := serve.Flags().Lookup(name)
 			_, _, err := runCLI(testContext(t), append(base, "--"+name+"="+f.DefValue), "")
-			want := "--" + name + ": not used with --transport=jetstream (only the mesh uses it; the stream carries the events): remove it, or its " + envName(name)
+			want := "--" + name + ": not used with --transport=jetstream (the stream carries the events): remove it (or its " + envName(name) + "; only the mesh uses it)"
 			if err == nil || err.Error() != want {
 				t.Fatalf("serve --%s=%s with --transport=jetstream = %v, want %q", name, f.DefValue, err, want)
 			}
@@ -54,8 +54,8 @@ func TestMeshOnlyFlags(t *testing.T) {
 		if err == nil {
 			t.Fatal("serve accepted FANOUT_WORKERS and FANOUT_ANTI_ENTROPY_INTERVAL with FANOUT_TRANSPORT=jetstream")
 		}
-		for _, want := range []string{"--workers: not used with --transport=jetstream", "or its FANOUT_WORKERS",
-			"--anti-entropy-interval: not used with --transport=jetstream", "or its FANOUT_ANTI_ENTROPY_INTERVAL"} {
+		for _, want := range []string{"--workers: not used with --transport=jetstream", "(or its FANOUT_WORKERS;",
+			"--anti-entropy-interval: not used with --transport=jetstream", "(or its FANOUT_ANTI_ENTROPY_INTERVAL;"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("err = %q, want it to contain %q", err, want)
 			}
