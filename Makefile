@@ -29,10 +29,12 @@ test: fmt-check docs-check vet lint check-generated deps unit manifests
 ## test-stress: the end-to-end tests (test/e2e) as on a busy 2-core CI machine, under
 ## HOGS (default 2) CPU hogs: test/stress.sh starts that many busy loops, runs the
 ## tests, and kills the loops however the tests end (pass, failure, Ctrl-C, SIGTERM;
-## a loop whose script was SIGKILLed ends within a second). Deps as for make test.
+## a loop whose script was SIGKILLed ends within a second). FANOUT_E2E_STRESS=1 makes
+## the rounds-based tests run their long form (TestJetStreamOneKeyRace: 200 rounds, not
+## 20). Deps as for make test.
 HOGS ?= 2
 test-stress: deps
-	HOGS=$(HOGS) bash test/stress.sh $(GO) -C test test -race -count=1 -timeout=30m ./e2e/
+	HOGS=$(HOGS) FANOUT_E2E_STRESS=1 bash test/stress.sh $(GO) -C test test -race -count=1 -timeout=30m ./e2e/
 
 ## deps: install the test tools Go does not bring (promtool, Python's grpc, Node.js and
 ## examples/node's packages by npm ci), if missing or stale

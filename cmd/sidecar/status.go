@@ -202,17 +202,28 @@ func printStatus(w io.Writer, st *fanoutv1.GetStatusResponse) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tNODE\tBREAKER\tPENDING\tIN-FLIGHT\tSENT\tDROPPED\tLAST ERROR")
+	fmt.Fprintln(tw, "PEER\tNODE\tUP\tBREAKER\tPENDING\tIN-FLIGHT\tSENT\tDROPPED\tLAST ERROR")
 	for _, p := range st.GetPeers() {
 		lastErr := "-"
-		if e := p.GetLastError(); e != nil {
+		if e := p.GetLastError(); e != nil && e.GetRecoveredAt() == nil {
 			lastErr = fmt.Sprintf("%s %s ago", strings.ToLower(e.GetClass()), age(now, e.GetAt().AsTime()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", shortAddr(p.GetAddress(), peerColumn), peerNode(p), peerBreaker(p),
-			p.GetPending(), p.GetInFlight(), p.GetSucceeded()+p.GetStale(), p.GetOverflow()+p.GetExpired()+p.GetPermanent(), lastErr)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", shortAddr(p.GetAddress(), peerColumn), peerNode(p), peerUp(p, now),
+			peerBreaker(p), p.GetPending(), p.GetInFlight(), p.GetSucceeded()+p.GetStale(), p.GetOverflow()+p.GetExpired()+p.GetPermanent(), lastErr)
 	}
 	tw.Flush()
-	printPeerErrors(w, st, now)
+	printPeerErrors(w, st, now, false)
+}
+
+// peerUp is the UP column: "yes", or "no" and for how long the peer has been down.
+func peerUp(p *fanoutv1.PeerStatus, now time.Time) string {
+	switch {
+	case p.GetUp():
+		return "yes"
+	case p.GetUpChangedAt() != nil:
+		return "no " + age(now, p.GetUpChangedAt().AsTime())
+	}
+	return "no"
 }
 
 // printStatusWide prints every counter of every peer, and the anti-entropy table.
@@ -224,21 +235,21 @@ func printStatusWide(w io.Writer, st *fanoutv1.GetStatusResponse) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "PEER\tNODE\tBREAKER\tPENDING\tIN-FLIGHT\tACCEPTED\tSUCCEEDED\tOVERRIDDEN\tOVERFLOW\tEXPIRED\tREPLAYED\tCONGESTION\tTRANSIENT\tPERMANENT\tSTALE\t")
+	fmt.Fprintln(tw, "PEER\tNODE\tUP\tBREAKER\tPENDING\tIN-FLIGHT\tACCEPTED\tSUCCEEDED\tOVERRIDDEN\tOVERFLOW\tEXPIRED\tREPLAYED\tCONGESTION\tTRANSIENT\tPERMANENT\tSTALE\t")
 	for _, p := range st.GetPeers() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
-			p.GetAddress(), peerNode(p)+leaving(p), p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+			p.GetAddress(), peerNode(p)+leaving(p), peerUp(p, now), p.GetBreaker(), p.GetPending(), p.GetInFlight(), p.GetAccepted(), p.GetSucceeded(),
 			p.GetOverridden(), p.GetOverflow(), p.GetExpired(), p.GetReplayed(), p.GetCongestion(), p.GetTransient(),
 			p.GetPermanent(), p.GetStale())
 	}
 	tw.Flush()
-	printPeerErrors(w, st, now)
+	printPeerErrors(w, st, now, true)
 	printSync(w, st, now)
 }
 
 // peerColumn is the width of the narrow table's PEER column: a Kubernetes DNS name
 // is cut in the middle, keeping its first label and the port (-o wide has it whole).
-const peerColumn = 24
+const peerColumn = 23
 
 // shortAddr cuts addr to n characters, keeping its start and its port.
 func shortAddr(addr string, n int) string {
@@ -286,15 +297,22 @@ func age(now, t time.Time) string {
 	return d.Round(time.Second).String()
 }
 
-// printPeerErrors prints why each failing peer fails: its latest failed Replicate.
-func printPeerErrors(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time) {
+// printPeerErrors prints why each failing peer fails: its latest failed call, with
+// the table's age; recovered, one a call has been answered since, only if all (-o
+// wide).
+func printPeerErrors(w io.Writer, st *fanoutv1.GetStatusResponse, now time.Time, all bool) {
 	for _, p := range st.GetPeers() {
 		if c := p.GetNodeIdConflict(); c != "" {
 			fmt.Fprintf(w, "\nnode id conflict at %s: %s", p.GetAddress(), c)
 		}
-		if e := p.GetLastError(); e != nil {
-			fmt.Fprintf(w, "\nlast error to %s (%s, %s ago): %s", p.GetAddress(), e.GetClass(),
-				now.Sub(e.GetAt().AsTime()).Round(time.Second), e.GetMessage())
+		e := p.GetLastError()
+		switch {
+		case e == nil:
+		case e.GetRecoveredAt() == nil:
+			fmt.Fprintf(w, "\nlast error to %s (%s, %s ago): %s", p.GetAddress(), e.GetClass(), age(now, e.GetAt().AsTime()), e.GetMessage())
+		case all:
+			fmt.Fprintf(w, "\nlast error to %s (%s, %s ago; recovered %s ago): %s", p.GetAddress(), e.GetClass(),
+				age(now, e.GetAt().AsTime()), age(now, e.GetRecoveredAt().AsTime()), e.GetMessage())
 		}
 	}
 	fmt.Fprintln(w)

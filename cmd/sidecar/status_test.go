@@ -43,12 +43,15 @@ func sampleStatus() *fanoutv1.GetStatusResponse {
 		State:     &fanoutv1.StateStatus{Keys: 12, MaxKeys: 1000000, Revision: 1 << 60},
 		Transport: &fanoutv1.TransportStatus{Kind: "mesh", Peers: 3},
 		Peers: []*fanoutv1.PeerStatus{
-			{Address: "fanout-1.fanout.prod.svc.cluster.local:7071", NodeId: "fanout-1", Breaker: "closed",
+			{Address: "fanout-1.fanout.prod.svc.cluster.local:7071", NodeId: "fanout-1", Breaker: "closed", Up: true,
+				UpChangedAt: timestamppb.New(now.Add(-40 * time.Second)),
+				LastError: &fanoutv1.PeerError{Class: "network", Message: "connection reset", At: timestamppb.New(now.Add(-45 * time.Second)),
+					RecoveredAt: timestamppb.New(now.Add(-40 * time.Second))},
 				Accepted: 40, Succeeded: 35, Stale: 2, Overridden: 3, Overflow: 1, Expired: 2, Permanent: 4, Pending: 5,
 				Sync: &fanoutv1.SyncStatus{Rounds: 3, LastSuccess: timestamppb.New(now.Add(-12 * time.Second)), LastDuration: durationpb.New(3 * time.Millisecond)}},
-			{Address: "10.0.0.3:7071", Breaker: "open", Transient: 9,
+			{Address: "10.0.0.3:7071", Breaker: "open", Transient: 9, UpChangedAt: timestamppb.New(now.Add(-3 * time.Second)),
 				LastError: &fanoutv1.PeerError{Class: "network", Message: "dial tcp 10.0.0.3:7071: connection refused", At: timestamppb.New(now.Add(-2 * time.Second))}},
-			{Address: "10.0.0.4:7071", NodeId: "node-a", Breaker: "closed", Removing: true,
+			{Address: "10.0.0.4:7071", NodeId: "node-a", Breaker: "closed", Removing: true, Up: true,
 				NodeIdConflict: "the peer answers with this node's own id \"node-a\" from another process"},
 		},
 	}
@@ -63,15 +66,27 @@ func TestStatusOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a", "ready yes", "transport: mesh   peers 3", "SENT", "DROPPED", "fanout-1.fanout.pr…:7071", "network 2s ago", "connection refused",
+	for _, want := range []string{"node node-a", "ready yes", "transport: mesh   peers 3", "SENT", "DROPPED", "fanout-1.fanout.p…:7071", "network 2s ago", "connection refused",
 		"node-a!", "leaving", "node id conflict at 10.0.0.4:7071: the peer answers with this node's own id"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("status lacks %q:\n%s", want, table)
 		}
 	}
-	// fanout-1: sent 37, dropped 1+2+4 = 7; the unknown peer's node is "?".
-	if line := lineWith(table, "fanout-1.fanout.pr…:7071"); !strings.Contains(line, " 37 ") || !strings.Contains(line, " 7 ") {
-		t.Errorf("fanout-1's line %q lacks sent 37 and dropped 7", line)
+	// fanout-1: up, sent 37, dropped 1+2+4 = 7, its recovered error left out (in
+	// the table and under it); the unknown peer is down since 3s, as its error's
+	// age in the table and under it agree.
+	if line := lineWith(table, "fanout-1.fanout.p…:7071"); !strings.Contains(line, " yes ") || !strings.Contains(line, " 37 ") ||
+		!strings.Contains(line, " 7 ") || strings.Contains(line, "network") {
+		t.Errorf("fanout-1's line %q: want up, sent 37, dropped 7, no error (it recovered)", line)
+	}
+	if strings.Contains(table, "connection reset") {
+		t.Errorf("status shows a recovered error:\n%s", table)
+	}
+	if line := lineWith(table, "10.0.0.3:7071"); !strings.Contains(line, " no 3s ") || !strings.Contains(line, "network 2s ago") {
+		t.Errorf("10.0.0.3's line %q: want down for 3s, network 2s ago", line)
+	}
+	if !strings.Contains(table, "last error to 10.0.0.3:7071 (network, 2s ago)") {
+		t.Errorf("the line under the table does not give the table's age:\n%s", table)
 	}
 	for line := range strings.Lines(table) {
 		if strings.HasPrefix(line, "last error") || strings.HasPrefix(line, "node ") {
@@ -86,7 +101,8 @@ func TestStatusOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"OVERRIDDEN", "CONGESTION", "SYNC ROUNDS", "PERMANENT", "fanout-1.fanout.prod.svc.cluster.local:7071", "12s ago"} {
+	for _, want := range []string{"OVERRIDDEN", "CONGESTION", "SYNC ROUNDS", "PERMANENT", "fanout-1.fanout.prod.svc.cluster.local:7071", "12s ago",
+		"(network, 45s ago; recovered 40s ago): connection reset"} {
 		if !strings.Contains(wide, want) {
 			t.Errorf("status -o wide lacks %q:\n%s", want, wide)
 		}

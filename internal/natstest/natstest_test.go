@@ -57,9 +57,13 @@ func opContext(t *testing.T) context.Context {
 // createKV creates the KV-format stream on c through js and waits until every replica
 // is current: a stream just created may have no leader yet, and a put sent then gets
 // "no response from stream".
+// noPeersForPlacement is JetStream's error code for "no suitable peers for
+// placement" (nats.go names no constant for it).
+const noPeersForPlacement = 10005
+
 func createKV(t *testing.T, c *Cluster, js jetstream.JetStream, replicas int) jetstream.Stream {
 	t.Helper()
-	st, err := js.CreateStream(opContext(t), jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:              stream,
 		Subjects:          []string{"$KV." + bucket + ".>"},
 		MaxMsgsPerSubject: 1,
@@ -69,7 +73,19 @@ func createKV(t *testing.T, c *Cluster, js jetstream.JetStream, replicas int) je
 		Discard:           jetstream.DiscardNew,
 		Storage:           jetstream.FileStorage,
 		Replicas:          replicas,
-	})
+	}
+	// On a loaded machine the meta leader may miss a peer's statistics for a while
+	// after Start's placement probe succeeded, and refuse a placement as "peer
+	// offline" (seen in make test beside other tests): a real client retries that.
+	var st jetstream.Stream
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st, err = js.CreateStream(opContext(t), cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != noPeersForPlacement || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("create %s R%d: %v", stream, replicas, err)
 	}

@@ -79,18 +79,24 @@ type peerState struct {
 	mu      sync.Mutex
 	down    bool      // guarded by mu
 	changed time.Time // guarded by mu: when down last changed; zero: never
+	// answered: a call was answered once; before that, the peer going down is
+	// nothing to log (nodes that start together miss each other at first).
+	answered bool
 }
 
 // set records a call's outcome (reached: the peer answered, even with an error) and
-// reports whether the state changed.
-func (s *peerState) set(reached bool, now time.Time) bool {
+// reports whether the state changed, and whether that is worth a log line: the peer
+// had answered before.
+func (s *peerState) set(reached bool, now time.Time) (changed, log bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	log = s.answered
+	s.answered = s.answered || reached
 	if s.down != reached {
-		return false
+		return false, false
 	}
 	s.down, s.changed = !reached, now
-	return true
+	return true, log
 }
 
 func (s *peerState) get() (up bool, changed time.Time) {
@@ -138,7 +144,7 @@ func (l *link) reached(ok bool) {
 	if ok {
 		l.err.answered(now)
 	}
-	if !l.state.set(ok, now) {
+	if changed, log := l.state.set(ok, now); !changed || !log {
 		return
 	}
 	if ok {

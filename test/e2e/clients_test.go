@@ -88,6 +88,27 @@ func testClientExample(t *testing.T, ex clientExample) {
 	res.mustFail(t, "FAIL: GetStatus on "+closed+": UNAVAILABLE", "is a sidecar running there?")
 }
 
+// TestGoClient runs examples/go, the walk with pkg/client, against a 3-node cluster
+// (see testClientExample).
+func TestGoClient(t *testing.T) {
+	testClientExample(t, goExample(t))
+}
+
+func goExample(t *testing.T) clientExample {
+	t.Helper()
+	bin := filepath.Join(buildDir, "go-client")
+	if _, err := os.Stat(bin); err != nil {
+		product, err := testbin.ProductDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := build(product, bin, "./examples/go", false); err != nil {
+			t.Fatalf("building examples/go: %v", err)
+		}
+	}
+	return clientExample{name: "Go", argv: []string{bin}}
+}
+
 func pythonExample(t *testing.T) clientExample {
 	t.Helper()
 	out, err := exec.Command(pythonBin, "-c", "import grpc, grpc_tools").CombinedOutput()

@@ -46,6 +46,10 @@ func TestPeerStateLive(t *testing.T) {
 	if ok, reason, err := a.readiness(); err != nil || !ok || !strings.Contains(reason, "1 of 2 peers up; down: "+cAddr+" (for ") {
 		t.Fatalf("A's readiness with C down: %t, %q (%v); want ready, naming C down now", ok, reason, err)
 	}
+	out := runStatusCmd(t, a.appAddr)
+	if line := peerLine(out, cAddr); !strings.Contains(line, " C ") || !strings.Contains(line, " no ") || !strings.Contains(line, "network") {
+		t.Fatalf("sidecar status with C down: its line %q; want C, not up, a network error", line)
+	}
 
 	c.node(2).restart()
 	submit("live/3")
@@ -67,4 +71,18 @@ func TestPeerStateLive(t *testing.T) {
 	if ok, reason, err := a.readiness(); err != nil || !ok || !strings.HasPrefix(reason, "ready: 2 of 2 peers up; at start: synced with 2 of 2 peers") {
 		t.Fatalf("A's readiness with C back: %t, %q (%v); want ready, 2 of 2 up", ok, reason, err)
 	}
+	out = runStatusCmd(t, a.appAddr)
+	if line := peerLine(out, cAddr); !strings.Contains(line, " yes ") || strings.Contains(line, "network") || strings.Contains(out, "last error to "+cAddr) {
+		t.Fatalf("sidecar status with C back: its line %q; want up, its recovered error left out:\n%s", line, out)
+	}
+}
+
+// peerLine is the line of `sidecar status`'s table that begins with addr.
+func peerLine(out, addr string) string {
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, addr+" ") {
+			return line
+		}
+	}
+	return ""
 }

@@ -21,8 +21,12 @@ import (
 // snapshot_complete, then live changes: a write from another node, after the marker.
 // An app that subscribes again (a restart of the app) gets a snapshot that holds those
 // live writes too.
-func TestSnapshot(t *testing.T) {
-	c := startCluster(t, specs(3)...)
+func TestSnapshot(t *testing.T) { snapshotScenario(t, startCluster(t, specs(3)...)) }
+
+// snapshotScenario is TestSnapshot's scenario on c, three started nodes of either
+// transport.
+func snapshotScenario(t *testing.T, c *cluster) {
+	t.Helper()
 	l := newLedger()
 	startPaced(t, c, map[int][][]*fanoutv1.Event{
 		0: updates("snap/", 200, 2, 50),
@@ -115,8 +119,12 @@ func resumeLoad(k int) [][]*fanoutv1.Event {
 // included; no (task, revision) comes twice; every revision of the second stream is
 // above the resume point; revisions rise on each stream; and no task goes backwards
 // across the two.
-func TestResume(t *testing.T) {
-	c := startCluster(t, specs(3)...)
+func TestResume(t *testing.T) { resumeScenario(t, startCluster(t, specs(3)...)) }
+
+// resumeScenario is TestResume's scenario on c, three started nodes of either
+// transport.
+func resumeScenario(t *testing.T, c *cluster) {
+	t.Helper()
 	l := newLedger()
 	first := subscribeWith(t, c, 1, subOpts{prefix: "resume/", snapshot: true, includeOwn: true})
 	ld := startPaced(t, c, map[int][][]*fanoutv1.Event{0: resumeLoad(0), 1: resumeLoad(1), 2: resumeLoad(2)}, resumeInterval, l)
@@ -218,8 +226,12 @@ func checkReplay(want map[string]expected, streams ...[]delivery) error {
 // and "b/", interleaved in every request: the narrow subscriber gets every "a/" task
 // at its winner and nothing else, and a later subscriber for "b/" with snapshot gets
 // every "b/" task at its winner (a prefix never drops anything for anyone else).
-func TestNarrowPrefix(t *testing.T) {
-	c := startCluster(t, specs(2)...)
+func TestNarrowPrefix(t *testing.T) { narrowPrefixScenario(t, startCluster(t, specs(2)...)) }
+
+// narrowPrefixScenario is TestNarrowPrefix's scenario on c, two started nodes of
+// either transport.
+func narrowPrefixScenario(t *testing.T, c *cluster) {
+	t.Helper()
 	narrow := subscribe(t, c, 1, "a/")
 	exp := newExpectations()
 	var reqs [][]*fanoutv1.Event
