@@ -21,7 +21,7 @@ type flagGroup struct {
 func serveFlagGroups() []flagGroup {
 	return []flagGroup{
 		{"Identity and listeners", []string{"node-id", "app-addr", "peer-addr", "admin-addr"}},
-		{"Transport: mesh or NATS JetStream", []string{"transport", "nats-url", "nats-nkey", "nats-tls-ca", "nats-tls-cert", "nats-tls-key", "nats-bucket", "nats-replicas"}},
+		{"Transport: mesh or NATS JetStream", []string{"transport", "nats-url", "nats-creds", "nats-nkey", "nats-tls-ca", "nats-tls-cert", "nats-tls-key", "nats-bucket", "nats-replicas"}},
 		{"Peers: who they are", []string{"peers", "peers-dns", "peers-refresh", "dns-server", "max-peers", "peer-removal-grace"}},
 		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-pending-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl", "replicate-stream"}},
 		{"Failures: timeouts, pauses and breakers", []string{"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",

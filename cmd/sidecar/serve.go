@@ -103,6 +103,9 @@ func newServeCmd() *cobra.Command {
 			// milliseconds.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if err := refuseMeshFlags(cmd.Flags(), o.cfg.Transport); err != nil {
+				return err
+			}
 			if o.cfg.DataDir != "" && !cmd.Flags().Changed("gomaxprocs") {
 				// The store's flushes and compactions need a thread beside the serving
 				// path: on one, they took turns with it (p99 at 10,000/s 216 ms → 14 ms).

@@ -33,6 +33,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Print a sidecar's state and its peers (GetStatus)",
 		Long: `Print a sidecar's state and its peers, from GetStatus.
 
+The header says whether the sidecar is ready and why, and its transport: the
+mesh and its peers, or the JetStream stream, the NATS server it is connected to,
+the feed's applied and last stream sequence, its lag, the events not yet
+acknowledged by the stream (outbox) and the connection's reconnects.
+
 The default table has one line per peer: its node id, breaker, events waiting
 (PENDING) and in a call (IN-FLIGHT), events the peer took (SENT: answered OK or
 STALE) and events given up on (DROPPED: evicted from a full queue, expired, or
@@ -162,7 +167,30 @@ func printHeader(w io.Writer, st *fanoutv1.GetStatusResponse) {
 	fmt.Fprintf(w, "node %s   ready %s   keys %d/%d   bytes %d/%d   revision %d   subscribers %d   delivered %d\n",
 		st.GetNodeId(), ready, state.GetKeys(), state.GetMaxKeys(), state.GetBytes(), state.GetMaxBytes(),
 		state.GetRevision(), st.GetSubscribers(), st.GetDelivered())
-	fmt.Fprintf(w, "%s\n%s\n\n", st.GetReadyReason(), statusLegend)
+	fmt.Fprintf(w, "%s\n%s\n", st.GetReadyReason(), statusLegend)
+	printTransport(w, st.GetTransport())
+	fmt.Fprintln(w)
+}
+
+// printTransport prints the "transport:" line: the mesh's peers, or the JetStream
+// stream, the server the sidecar is connected to, and how far its feed and outbox
+// are. Nothing for a sidecar too old to report it.
+func printTransport(w io.Writer, t *fanoutv1.TransportStatus) {
+	switch t.GetKind() {
+	case "":
+		return
+	case "jetstream":
+		server := "not connected"
+		if t.GetServer() != "" {
+			server = t.GetServer() + " (" + t.GetServerVersion() + ")"
+		}
+		fmt.Fprintf(w, "transport: jetstream   stream %s   bucket %s   replicas %d   server %s\n"+
+			"           applied %d/%d   lag %d   outbox %d events %d bytes   reconnects %d\n",
+			t.GetStream(), t.GetBucket(), t.GetReplicas(), server,
+			t.GetAppliedSequence(), t.GetLastSequence(), t.GetLag(), t.GetOutboxEvents(), t.GetOutboxBytes(), t.GetReconnects())
+	default:
+		fmt.Fprintf(w, "transport: %s   peers %d\n", t.GetKind(), t.GetPeers())
+	}
 }
 
 // statusLegend says what the header's revision is, and how it differs from a version.

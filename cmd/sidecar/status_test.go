@@ -40,7 +40,8 @@ func sampleStatus() *fanoutv1.GetStatusResponse {
 	now := time.Now()
 	return &fanoutv1.GetStatusResponse{
 		NodeId: "node-a", Ready: true, ReadyReason: "ready: synced with 2 of 2 peers",
-		State: &fanoutv1.StateStatus{Keys: 12, MaxKeys: 1000000, Revision: 1 << 60},
+		State:     &fanoutv1.StateStatus{Keys: 12, MaxKeys: 1000000, Revision: 1 << 60},
+		Transport: &fanoutv1.TransportStatus{Kind: "mesh", Peers: 3},
 		Peers: []*fanoutv1.PeerStatus{
 			{Address: "fanout-1.fanout.prod.svc.cluster.local:7071", NodeId: "fanout-1", Breaker: "closed", Up: true,
 				UpChangedAt: timestamppb.New(now.Add(-40 * time.Second)),
@@ -65,7 +66,7 @@ func TestStatusOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a", "ready yes", "SENT", "DROPPED", "fanout-1.fanout.p…:7071", "network 2s ago", "connection refused",
+	for _, want := range []string{"node node-a", "ready yes", "transport: mesh   peers 3", "SENT", "DROPPED", "fanout-1.fanout.p…:7071", "network 2s ago", "connection refused",
 		"node-a!", "leaving", "node id conflict at 10.0.0.4:7071: the peer answers with this node's own id"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("status lacks %q:\n%s", want, table)
@@ -232,4 +233,49 @@ func lineWith(text, substr string) string {
 		}
 	}
 	return ""
+}
+
+// TestStatusJetStream: a JetStream sidecar's status shows its transport line (the
+// stream, bucket, server, feed and outbox), in the table and in -o json.
+func TestStatusJetStream(t *testing.T) {
+	st := &fanoutv1.GetStatusResponse{
+		NodeId: "node-js", Ready: true, ReadyReason: "ready: caught up with stream KV_fanout at start",
+		State: &fanoutv1.StateStatus{Keys: 2},
+		Peers: []*fanoutv1.PeerStatus{{Address: "KV_fanout", NodeId: "nats://nats-0.nats:4222"}},
+		Transport: &fanoutv1.TransportStatus{Kind: "jetstream", Stream: "KV_fanout", Bucket: "fanout", Server: "nats://nats-0.nats:4222",
+			ServerVersion: "2.15.2", Replicas: 3, AppliedSequence: 41, LastSequence: 42, Lag: 1, OutboxEvents: 5, OutboxBytes: 640, Reconnects: 2},
+	}
+	addr := serveOn(t, grpc.NewServer(), &statusApp{st: st})
+	ctx := testContext(t)
+	table, _, err := runCLI(ctx, []string{"status", "--addr", addr}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"transport: jetstream   stream KV_fanout   bucket fanout   replicas 3   server nats://nats-0.nats:4222 (2.15.2)",
+		"applied 41/42   lag 1   outbox 5 events 640 bytes   reconnects 2"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("status lacks %q:\n%s", want, table)
+		}
+	}
+	st.Transport.Server = ""
+	table, _, err = runCLI(ctx, []string{"status", "--addr", addr}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table, "server not connected") {
+		t.Errorf("status of a disconnected sidecar lacks \"server not connected\":\n%s", table)
+	}
+	out, _, err := runCLI(ctx, []string{"status", "--addr", addr, "-o", "json"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Transport map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Transport["kind"] != "jetstream" || m.Transport["bucket"] != "fanout" || m.Transport["lag"] != "1" || m.Transport["replicas"] != float64(3) {
+		t.Errorf("status -o json transport = %v, want kind, bucket, lag and replicas:\n%s", m.Transport, out)
+	}
 }

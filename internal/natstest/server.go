@@ -67,14 +67,14 @@ func (s *server) logPath() string   { return filepath.Join(s.dir, "nats.log") }
 func (s *server) running() bool     { return s.cmd != nil }
 
 // writeConfig writes the configuration file. routes are the links to the other
-// servers (none: no cluster).
+// servers (none: no cluster); op is operator mode's (nil: none).
 //
 // The cluster advertises advertisePort, where nothing listens: a server that learns
 // of another through gossip, before its own route through the link is up, dials the
 // advertised address once, is refused, and gives up (an implicit route is not
 // retried). So every route is one of the configured ones, through a link, and
 // Partition cuts them all.
-func (s *server) writeConfig(t testing.TB, routes []string) {
+func (s *server) writeConfig(t testing.TB, routes []string, op *operator) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "server_name: %q\n", s.name)
@@ -82,6 +82,9 @@ func (s *server) writeConfig(t testing.TB, routes []string) {
 	fmt.Fprintf(&b, "http: %q\n", hostPort(s.host(), s.httpPort))
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: %s\n  max_file_store: %s\n}\n",
 		filepath.Join(s.dir, "store"), maxMemStore, maxFileStore)
+	if op != nil {
+		b.WriteString(op.config())
+	}
 	if len(routes) > 0 {
 		fmt.Fprintf(&b, "cluster {\n  name: %q\n  listen: %q\n  advertise: %q\n  routes: [\n",
 			clusterName, hostPort(s.host(), s.routePort), hostPort(s.host(), s.advertisePort))

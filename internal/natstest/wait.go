@@ -403,7 +403,7 @@ func (c *Cluster) leader(stream string) (int, error) {
 // dial connects to server i alone: no reconnect, so a probe learns about i itself.
 func (c *Cluster) dial(i int) (*nats.Conn, error) {
 	s := c.servers[i]
-	nc, err := nats.Connect(s.clientURL(), nats.Name("natstest-probe"), nats.Timeout(probeTimeout), nats.NoReconnect())
+	nc, err := nats.Connect(s.clientURL(), append([]nats.Option{nats.Name("natstest-probe"), nats.Timeout(probeTimeout), nats.NoReconnect()}, c.clientAuth()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", s.name, err)
 	}

@@ -12,6 +12,7 @@ func (n *Node) Status() *fanoutv1.GetStatusResponse {
 		Subscribers: uint64(n.subscribers.Load()),
 		Delivered:   n.delivered.Load(),
 		State:       n.stateStatus(),
+		Transport:   n.tr.Status(),
 	}
 	resp.Ready, resp.ReadyReason = n.Readiness()
 	return resp

@@ -87,6 +87,9 @@ type Transport interface {
 	Drain(ctx context.Context) (dests int, sent, unsent uint64, err error)
 	// Peers is the status of every destination, for GetStatus.
 	Peers() []*fanoutv1.PeerStatus
+	// Status describes the transport itself, for GetStatus: its kind and, for a
+	// broker, where it is connected and how far its feed is.
+	Status() *fanoutv1.TransportStatus
 	// Describe and Collect export the transport's series (prometheus.Collector).
 	prometheus.Collector
 	// Close stops the transport and waits for it. Idempotent.
@@ -132,9 +135,12 @@ func (*loneTransport) Readiness() (bool, string) {
 }
 func (*loneTransport) Drain(context.Context) (int, uint64, uint64, error) { return 0, 0, 0, nil }
 func (*loneTransport) Peers() []*fanoutv1.PeerStatus                      { return nil }
-func (*loneTransport) Describe(chan<- *prometheus.Desc)                   {}
-func (*loneTransport) Collect(chan<- prometheus.Metric)                   {}
-func (*loneTransport) Close()                                             {}
+func (*loneTransport) Status() *fanoutv1.TransportStatus {
+	return &fanoutv1.TransportStatus{Kind: "none"}
+}
+func (*loneTransport) Describe(chan<- *prometheus.Desc) {}
+func (*loneTransport) Collect(chan<- prometheus.Metric) {}
+func (*loneTransport) Close()                           {}
 
 var _ Transport = (*loneTransport)(nil)
 

@@ -76,6 +76,9 @@ func (b *brokerTransport) Readiness() (bool, string) {
 func (b *brokerTransport) Drain(context.Context) (int, uint64, uint64, error) {
 	return len(b.dests), 0, 0, nil
 }
+func (b *brokerTransport) Status() *fanoutv1.TransportStatus {
+	return &fanoutv1.TransportStatus{Kind: "broker"}
+}
 func (b *brokerTransport) Peers() []*fanoutv1.PeerStatus {
 	out := make([]*fanoutv1.PeerStatus, len(b.dests))
 	for i, d := range b.dests {

@@ -48,6 +48,12 @@ type feed struct {
 	// done is closed by stop: it ends run's back-off and watch.
 	done     chan struct{}
 	stopOnce sync.Once
+	// stopCtx is canceled by stop, with done: run's Next waits on it, so that stop
+	// never waits on an iterator the client library replaced after stop stopped the
+	// old one (an ordered consumer's reset racing Stop leaves a Next that nothing
+	// ends: seen as a Shutdown that hung for good).
+	stopCtx    context.Context
+	cancelStop context.CancelFunc
 
 	mu sync.Mutex
 	// it is the current consumer's iterator: made by run, stopped by watch (to make
@@ -100,6 +106,7 @@ func startFeed(ctx context.Context, st *stream, node applier, self string, h *hi
 	s feedStart, check time.Duration) (*feed, error) {
 	f := &feed{node: node, st: st, log: st.cfg.Logger, self: self, hints: h, markers: mk, check: check,
 		done: make(chan struct{}), handled: make(chan struct{}, 1), ready: make(chan struct{}), startSeq: info.State.LastSeq}
+	f.stopCtx, f.cancelStop = context.WithCancel(context.Background())
 	if s.from > 0 {
 		f.resumed = true
 		f.applied.Store(s.from - 1)
@@ -172,8 +179,10 @@ func (f *feed) run() {
 		f.mu.Lock()
 		it := f.it
 		f.mu.Unlock()
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextContext(f.stopCtx))
 		switch {
+		case err != nil && f.stopped():
+			return
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			if f.stopped() || !f.restart() {
 				return
@@ -322,7 +331,10 @@ func (f *feed) position() (uint64, time.Time) {
 
 // stop ends the feed and waits for its goroutines. Idempotent.
 func (f *feed) stop() {
-	f.stopOnce.Do(func() { close(f.done) })
+	f.stopOnce.Do(func() {
+		close(f.done)
+		f.cancelStop()
+	})
 	f.mu.Lock()
 	f.it.Stop()
 	f.mu.Unlock()

@@ -43,6 +43,8 @@ type stream struct {
 	// msgTTL: the stream takes per-message TTLs, so a delete marker carries one
 	// (Config.TombstoneTTL); else the sidecars purge markers (purger).
 	msgTTL bool
+	// replicas is the stream's, as the server reported it at open.
+	replicas int
 
 	// conflicts counts publishes that met a wrong last subject sequence (another
 	// writer of the key landed first); retries the publishes that followed one.
@@ -78,6 +80,7 @@ func openStream(ctx context.Context, nc *nats.Conn, cfg Config, l event.Limits) 
 		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.stream(), err)
 	}
 	sc := &st.s.CachedInfo().Config
+	st.replicas = sc.Replicas
 	if err := cfg.checkStream(sc); err != nil {
 		return nil, err
 	}

@@ -124,7 +124,11 @@ func (t *Transport) start() {
 			break
 		}
 		if !t.nc.IsConnected() {
-			t.setReason("NATS unreachable: " + err.Error())
+			r := "NATS unreachable: " + err.Error()
+			if le := t.nc.LastError(); le != nil { // why the last connect failed: refused, authorization, TLS
+				r += " (last connect: " + le.Error() + ")"
+			}
+			t.setReason(r)
 		} else {
 			t.setReason(err.Error())
 		}
@@ -389,6 +393,31 @@ func (t *Transport) Peers() []*fanoutv1.PeerStatus {
 		p.LastError = &fanoutv1.PeerError{Class: "publish", Message: *e}
 	}
 	return []*fanoutv1.PeerStatus{p}
+}
+
+// Status is the transport's kind, its stream, the server it is connected to and
+// how far the feed and the outbox are (GetStatus transport).
+func (t *Transport) Status() *fanoutv1.TransportStatus {
+	queued, bytes, inFlight := t.ob.stats()
+	s := &fanoutv1.TransportStatus{
+		Kind:         "jetstream",
+		Stream:       t.dest,
+		Bucket:       t.cfg.Bucket,
+		OutboxEvents: uint64(queued + inFlight),
+		OutboxBytes:  uint64(bytes),
+		Reconnects:   t.nc.Stats().Reconnects,
+	}
+	if t.nc.IsConnected() {
+		s.Server, s.ServerVersion = t.nc.ConnectedUrlRedacted(), t.nc.ConnectedServerVersion()
+	}
+	if st := t.st.Load(); st != nil {
+		s.Replicas = uint32(st.replicas)
+	}
+	if fd := t.fd.Load(); fd != nil {
+		s.AppliedSequence, s.Lag = fd.applied.Load(), fd.lag.Load()
+		s.LastSequence = s.AppliedSequence + s.Lag
+	}
+	return s
 }
 
 // Close stops the transport's goroutines and waits for them; the events still in

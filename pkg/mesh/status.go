@@ -5,6 +5,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
+// Status is the mesh's kind and its peers: those in the set and those still
+// leaving it, the rows of Peers.
+func (m *Mesh) Status() *fanoutv1.TransportStatus {
+	return &fanoutv1.TransportStatus{Kind: "mesh", Peers: uint64(len(m.allLinks()))}
+}
+
 // Peers reports every peer in the set, then those still leaving it: one GetStatus row
 // each.
 func (m *Mesh) Peers() []*fanoutv1.PeerStatus {

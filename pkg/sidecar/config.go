@@ -129,6 +129,10 @@ type NATSConfig struct {
 	// writes it): the server checks the client's signature of its nonce. Empty: no
 	// NKey.
 	NKeyFile string
+	// CredsFile is a NATS credentials file (a user JWT and its NKey seed, as `nsc`
+	// writes it), for a server in operator mode; it is read again at every
+	// (re)connect, so a rotated file is picked up. Empty: none. Not with NKeyFile.
+	CredsFile string
 	// TLS are the files of TLS to NATS: CA alone verifies the servers; Cert and Key
 	// (both or neither) are the client's certificate, for a server that requires one.
 	// Zero: the URL's scheme decides (tls:// verifies against the system's roots).
@@ -182,7 +186,7 @@ func (c *Config) validate() error {
 	}
 	switch c.Transport {
 	case TransportMesh:
-		check(len(c.NATS.URLs) == 0 && c.NATS.NKeyFile == "" && c.NATS.TLS == (peertls.Files{}), "sidecar.Config.NATS",
+		check(len(c.NATS.URLs) == 0 && c.NATS.NKeyFile == "" && c.NATS.CredsFile == "" && c.NATS.TLS == (peertls.Files{}), "sidecar.Config.NATS",
 			"set with sidecar.Config.Transport=mesh, which does not use NATS: add sidecar.Config.Transport=jetstream, or remove it")
 	case TransportJetStream:
 		errs = append(errs, c.validateJetStream()...)
@@ -241,6 +245,10 @@ func (c *Config) validateJetStream() []error {
 	if (c.NATS.TLS.Cert == "") != (c.NATS.TLS.Key == "") {
 		errs = append(errs, configerr.New("sidecar.Config.NATS.TLS",
 			"a client certificate needs both sidecar.Config.NATS.TLS.Cert and sidecar.Config.NATS.TLS.Key: give both, or neither"))
+	}
+	if c.NATS.NKeyFile != "" && c.NATS.CredsFile != "" {
+		errs = append(errs, configerr.New("sidecar.Config.NATS.CredsFile",
+			"set with sidecar.Config.NATS.NKeyFile: a NATS user is a bare NKey or a credentials file (user JWT and seed), not both; keep the one the server's authorization expects"))
 	}
 	if len(c.NATS.URLs) == 0 {
 		errs = append(errs, configerr.New("sidecar.Config.NATS.URLs",

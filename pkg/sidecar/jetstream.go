@@ -1,8 +1,13 @@
 package sidecar
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -13,6 +18,7 @@ import (
 	"github.com/fanout/fanout/pkg/jetstream"
 	"github.com/fanout/fanout/pkg/peertls"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // dialNATS opens the NATS connection of TransportJetStream. It never waits for a
@@ -62,7 +68,7 @@ func (s *Sidecar) withJetStream() {
 	}
 }
 
-// natsAuth are the connection's NKey and TLS options, read from their files now, so
+// natsAuth are the connection's NKey, credentials and TLS options, read from their files now, so
 // that a bad file is an error naming its field at start rather than a connection
 // that never succeeds.
 func natsAuth(c NATSConfig) ([]nats.Option, error) {
@@ -73,6 +79,12 @@ func natsAuth(c NATSConfig) ([]nats.Option, error) {
 			return nil, configerr.Wrap("sidecar.Config.NATS.NKeyFile", err, "")
 		}
 		opts = append(opts, o)
+	}
+	if c.CredsFile != "" {
+		if err := checkCreds(c.CredsFile); err != nil {
+			return nil, configerr.Wrap("sidecar.Config.NATS.CredsFile", err, "")
+		}
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
 	}
 	if c.TLS == (peertls.Files{}) {
 		return opts, nil
@@ -104,4 +116,62 @@ func natsAuth(c NATSConfig) ([]nats.Option, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return append(opts, nats.Secure(tc)), nil
+}
+
+// checkCreds reads a NATS credentials file now, as the client would at each
+// connect, so that a missing, unreadable or garbled one is refused at start: it
+// must hold a user JWT block and a user NKey seed block, the seed of the JWT's
+// subject.
+func checkCreds(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(b, []byte("-----BEGIN NATS USER JWT-----")) {
+		return fmt.Errorf("%s holds no user JWT block (-----BEGIN NATS USER JWT-----): give a credentials file as `nsc generate creds` writes it", path)
+	}
+	token, err := nkeys.ParseDecoratedJWT(b)
+	if err != nil {
+		return fmt.Errorf("%s: user JWT: %w", path, err)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return fmt.Errorf("%s: user NKey seed: %w", path, err)
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return fmt.Errorf("%s: user NKey seed: %w", path, err)
+	}
+	sub, err := jwtSubject(token)
+	if err != nil {
+		return fmt.Errorf("%s: user JWT: %w", path, err)
+	}
+	if sub != pub {
+		return fmt.Errorf("%s: the user JWT is of %s, the seed of %s: the file mixes two users' halves", path, sub, pub)
+	}
+	return nil
+}
+
+// jwtSubject is the "sub" claim of a JWT, read without checking its signature (the
+// server checks it).
+func jwtSubject(token string) (string, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "", fmt.Errorf("not a JWT (%d dot-separated parts, want 3)", len(parts))
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", fmt.Errorf("payload: %w", err)
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return "", fmt.Errorf("payload: %w", err)
+	}
+	if claims.Sub == "" {
+		return "", errors.New("no subject (sub) claim")
+	}
+	return claims.Sub, nil
 }

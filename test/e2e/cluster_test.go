@@ -195,11 +195,9 @@ func (n *node) args() []string {
 			peers = append(peers, a)
 		}
 	}
-	args := []string{"serve",
-		"--app-addr=" + n.appAddr,
-		"--peer-addr=" + n.peerAddr,
-		"--admin-addr=" + n.adminAddr,
-		"--peers=" + strings.Join(peers, ","),
+	args := []string{"serve", "--app-addr=" + n.appAddr, "--admin-addr=" + n.adminAddr}
+	if !slices.Contains(n.spec.Flags, "--transport=jetstream") { // which refuses the mesh's flags
+		args = append(args, "--peer-addr="+n.peerAddr, "--peers="+strings.Join(peers, ","))
 	}
 	if n.spec.ID != "" {
 		args = append(args, "--node-id="+n.spec.ID)

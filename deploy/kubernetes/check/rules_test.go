@@ -254,12 +254,21 @@ func (b *bundle) check() problems {
 
 	// Ports: the admin and peer listeners are where the container ports, the probes,
 	// the Service, the NetworkPolicy and the PodMonitor say.
+	// On the JetStream transport there is no peer listener: no peer port.
+	jetstream := setting(sc, env, "transport", "mesh") == "jetstream"
 	adminPort, adminOK := containerPort(sc, "admin")
 	_, peerOK := containerPort(sc, "peer")
-	if !adminOK || !peerOK {
+	listeners := []struct{ flag, def, port string }{{"admin-addr", defaultAdminAddr, "admin"}, {"peer-addr", defaultPeerAddr, "peer"}}
+	switch {
+	case jetstream && (!adminOK || peerOK || len(sc.Ports) != 1):
+		p.add("%s: on --transport=jetstream want the one container port admin (no peer listener), got %v", where, sc.Ports)
+	case !jetstream && (!adminOK || !peerOK):
 		p.add("%s: want container ports named admin and peer, got %v", where, sc.Ports)
 	}
-	for _, l := range []struct{ flag, def, port string }{{"admin-addr", defaultAdminAddr, "admin"}, {"peer-addr", defaultPeerAddr, "peer"}} {
+	if jetstream {
+		listeners = listeners[:1]
+	}
+	for _, l := range listeners {
 		addr := setting(sc, env, l.flag, l.def)
 		n, reachable, err := listenPort(addr)
 		want, _ := containerPort(sc, l.port)
@@ -383,8 +392,12 @@ func (b *bundle) check() problems {
 		}
 	}
 
-	b.checkPeersService(&p, sc, env, podLabels)
-	b.checkNetworkPolicy(&p, sc, podLabels)
+	if jetstream {
+		b.checkJetStream(&p, spec, sc, env, podLabels)
+	} else {
+		b.checkPeersService(&p, sc, env, podLabels)
+	}
+	b.checkNetworkPolicy(&p, sc, podLabels, jetstream)
 	b.checkPodMonitor(&p, sc, podLabels)
 	b.checkPDB(&p, podLabels)
 	b.checkPeerTLS(&p, spec, sc, env)
@@ -476,7 +489,7 @@ func (b *bundle) checkPeersService(p *problems, sc *corev1.Container, env map[st
 
 // checkNetworkPolicy: a policy selects the pods, and lets only pods with the same app
 // label reach the peer port.
-func (b *bundle) checkNetworkPolicy(p *problems, sc *corev1.Container, podLabels map[string]string) {
+func (b *bundle) checkNetworkPolicy(p *problems, sc *corev1.Container, podLabels map[string]string, jetstream bool) {
 	peerPort, _ := containerPort(sc, "peer")
 	isPeer := func(np networkingv1.NetworkPolicyPort) bool {
 		if np.Port == nil {
@@ -500,6 +513,14 @@ func (b *bundle) checkNetworkPolicy(p *problems, sc *corev1.Container, podLabels
 		}
 		peerRules := 0
 		for i, r := range np.Spec.Ingress {
+			if jetstream { // no peer port: every rule names its ports, and none is "peer"
+				if len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(np networkingv1.NetworkPolicyPort) bool {
+					return np.Port == nil || np.Port.StrVal == "peer"
+				}) {
+					p.add("%s: ingress[%d] opens a peer port (or every port): on --transport=jetstream there is none", w, i)
+				}
+				continue
+			}
 			if len(r.Ports) > 0 && !slices.ContainsFunc(r.Ports, isPeer) {
 				continue
 			}
@@ -515,7 +536,7 @@ func (b *bundle) checkNetworkPolicy(p *problems, sc *corev1.Container, podLabels
 				}
 			}
 		}
-		if peerRules == 0 {
+		if peerRules == 0 && !jetstream {
 			p.add("%s: no ingress rule lets the peers reach the peer port", w)
 		}
 	}
@@ -735,4 +756,50 @@ func setEnv(c *corev1.Container, name, value string) {
 
 func delEnv(c *corev1.Container, name string) {
 	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+}
+
+// meshOnly are the serve flags only the mesh reads; the sidecar refuses each one set
+// with --transport=jetstream (cmd/sidecar meshOnlyFlags).
+var meshOnly = []string{"peer-addr", "peers", "peers-dns", "peers-refresh", "dns-server", "max-peers", "peer-removal-grace",
+	"max-buffer", "max-buffer-bytes", "max-pending-bytes", "max-batch", "max-batch-bytes", "max-batching-delay",
+	"batch-idle-flush", "workers", "replicate-stream", "replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
+	"breaker-failures", "breaker-open", "breaker-probes", "anti-entropy-interval", "sync-timeout",
+	"peer-tls-cert", "peer-tls-key", "peer-tls-ca"}
+
+// checkJetStream checks a sidecar on --transport=jetstream: a NATS URL, credentials
+// from a Secret mounted read-only, none of the mesh's settings (the sidecar would
+// refuse to start) and no headless Service of peers.
+func (b *bundle) checkJetStream(p *problems, spec *corev1.PodSpec, sc *corev1.Container, env map[string]string, podLabels map[string]string) {
+	for _, f := range meshOnly {
+		if v := setting(sc, env, f, ""); v != "" {
+			p.add("sidecar: --%s (%s) is set with --transport=jetstream, which refuses it: remove it", f, envName(f))
+		}
+	}
+	if setting(sc, env, "nats-url", "") == "" {
+		p.add("sidecar: no FANOUT_NATS_URL with --transport=jetstream: the sidecar would not start")
+	}
+	creds := setting(sc, env, "nats-creds", "")
+	if creds == "" {
+		p.add("sidecar: no FANOUT_NATS_CREDS: the NATS user's credentials file, from a Secret")
+	} else {
+		mounted := false
+		for _, m := range sc.VolumeMounts {
+			if !strings.HasPrefix(creds, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				continue
+			}
+			for _, v := range spec.Volumes {
+				if v.Name == m.Name && v.Secret != nil && m.ReadOnly {
+					mounted = true
+				}
+			}
+		}
+		if !mounted {
+			p.add("sidecar: FANOUT_NATS_CREDS %q is not under a read-only mount of a Secret volume", creds)
+		}
+	}
+	for _, s := range b.services {
+		if s.Spec.ClusterIP == corev1.ClusterIPNone && selects(&metav1.LabelSelector{MatchLabels: s.Spec.Selector}, podLabels) {
+			p.add("Service %s: a headless Service of the sidecars' pods: on --transport=jetstream nothing looks peers up", s.Name)
+		}
+	}
 }

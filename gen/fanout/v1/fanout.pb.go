@@ -1104,8 +1104,10 @@ type GetStatusResponse struct {
 	// ready is the named health service fanout.v1.FanoutService: false until the
 	// first sync with the reachable peers completed or --sync-timeout passed, and
 	// again while draining. ready_reason says why, in words.
-	Ready         bool   `protobuf:"varint,7,opt,name=ready,proto3" json:"ready,omitempty"`
-	ReadyReason   string `protobuf:"bytes,8,opt,name=ready_reason,json=readyReason,proto3" json:"ready_reason,omitempty"`
+	Ready       bool   `protobuf:"varint,7,opt,name=ready,proto3" json:"ready,omitempty"`
+	ReadyReason string `protobuf:"bytes,8,opt,name=ready_reason,json=readyReason,proto3" json:"ready_reason,omitempty"`
+	// transport is how this node's events reach the other nodes (--transport).
+	Transport     *TransportStatus `protobuf:"bytes,9,opt,name=transport,proto3" json:"transport,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1189,6 +1191,170 @@ func (x *GetStatusResponse) GetReadyReason() string {
 	return ""
 }
 
+func (x *GetStatusResponse) GetTransport() *TransportStatus {
+	if x != nil {
+		return x.Transport
+	}
+	return nil
+}
+
+// TransportStatus is the node's transport: the mesh (every sidecar sends to every
+// peer) or a NATS JetStream stream. The fields after kind and peers are the
+// JetStream transport's; zero with the mesh.
+type TransportStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "mesh" or "jetstream".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// peers is the mesh's peers (the rows of GetStatusResponse.peers); 0 with
+	// jetstream, whose one row there is the stream.
+	Peers uint64 `protobuf:"varint,2,opt,name=peers,proto3" json:"peers,omitempty"`
+	// stream is the stream (KV_<bucket>) and bucket the KV bucket (--nats-bucket).
+	Stream string `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	Bucket string `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// server is the URL of the NATS server the node is connected to, without its
+	// user or password; empty while not connected. server_version is its version.
+	Server        string `protobuf:"bytes,5,opt,name=server,proto3" json:"server,omitempty"`
+	ServerVersion string `protobuf:"bytes,6,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
+	// replicas is the stream's replicas, as the server reports it (0 until the
+	// stream is opened).
+	Replicas uint32 `protobuf:"varint,7,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// applied_sequence is the stream sequence of the last message the feed handled;
+	// last_sequence the stream's last sequence as of the last message the feed read;
+	// lag the messages after applied_sequence, as the server counted them then.
+	AppliedSequence uint64 `protobuf:"varint,8,opt,name=applied_sequence,json=appliedSequence,proto3" json:"applied_sequence,omitempty"`
+	LastSequence    uint64 `protobuf:"varint,9,opt,name=last_sequence,json=lastSequence,proto3" json:"last_sequence,omitempty"`
+	Lag             uint64 `protobuf:"varint,10,opt,name=lag,proto3" json:"lag,omitempty"`
+	// outbox_events and outbox_bytes are this node's accepted events not yet
+	// acknowledged by the stream (queued or in flight), and their bytes.
+	OutboxEvents uint64 `protobuf:"varint,11,opt,name=outbox_events,json=outboxEvents,proto3" json:"outbox_events,omitempty"`
+	OutboxBytes  uint64 `protobuf:"varint,12,opt,name=outbox_bytes,json=outboxBytes,proto3" json:"outbox_bytes,omitempty"`
+	// reconnects counts the NATS connection's reconnects since start.
+	Reconnects    uint64 `protobuf:"varint,13,opt,name=reconnects,proto3" json:"reconnects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransportStatus) Reset() {
+	*x = TransportStatus{}
+	mi := &file_fanout_v1_fanout_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransportStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransportStatus) ProtoMessage() {}
+
+func (x *TransportStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_fanout_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransportStatus.ProtoReflect.Descriptor instead.
+func (*TransportStatus) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TransportStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TransportStatus) GetPeers() uint64 {
+	if x != nil {
+		return x.Peers
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *TransportStatus) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *TransportStatus) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *TransportStatus) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
+	}
+	return ""
+}
+
+func (x *TransportStatus) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetAppliedSequence() uint64 {
+	if x != nil {
+		return x.AppliedSequence
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetLastSequence() uint64 {
+	if x != nil {
+		return x.LastSequence
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetOutboxEvents() uint64 {
+	if x != nil {
+		return x.OutboxEvents
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetOutboxBytes() uint64 {
+	if x != nil {
+		return x.OutboxBytes
+	}
+	return 0
+}
+
+func (x *TransportStatus) GetReconnects() uint64 {
+	if x != nil {
+		return x.Reconnects
+	}
+	return 0
+}
+
 // StateStatus is the state table: its size against its bounds, and what happened at
 // the bounds.
 type StateStatus struct {
@@ -1229,7 +1395,7 @@ type StateStatus struct {
 
 func (x *StateStatus) Reset() {
 	*x = StateStatus{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[12]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1407,7 @@ func (x *StateStatus) String() string {
 func (*StateStatus) ProtoMessage() {}
 
 func (x *StateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[12]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1420,7 @@ func (x *StateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateStatus.ProtoReflect.Descriptor instead.
 func (*StateStatus) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StateStatus) GetKeys() uint64 {
@@ -1423,7 +1589,7 @@ type PeerStatus struct {
 
 func (x *PeerStatus) Reset() {
 	*x = PeerStatus{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[13]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1601,7 @@ func (x *PeerStatus) String() string {
 func (*PeerStatus) ProtoMessage() {}
 
 func (x *PeerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[13]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1614,7 @@ func (x *PeerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStatus.ProtoReflect.Descriptor instead.
 func (*PeerStatus) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeerStatus) GetAddress() string {
@@ -1653,7 +1819,7 @@ type PeerError struct {
 
 func (x *PeerError) Reset() {
 	*x = PeerError{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1831,7 @@ func (x *PeerError) String() string {
 func (*PeerError) ProtoMessage() {}
 
 func (x *PeerError) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[14]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1844,7 @@ func (x *PeerError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerError.ProtoReflect.Descriptor instead.
 func (*PeerError) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeerError) GetClass() string {
@@ -1739,7 +1905,7 @@ type SyncStatus struct {
 
 func (x *SyncStatus) Reset() {
 	*x = SyncStatus{}
-	mi := &file_fanout_v1_fanout_proto_msgTypes[15]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1917,7 @@ func (x *SyncStatus) String() string {
 func (*SyncStatus) ProtoMessage() {}
 
 func (x *SyncStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_fanout_proto_msgTypes[15]
+	mi := &file_fanout_v1_fanout_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1930,7 @@ func (x *SyncStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
 func (*SyncStatus) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_fanout_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SyncStatus) GetRounds() uint64 {
@@ -1915,7 +2081,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x10.fanout.v1.EntryR\aentries\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\"\x12\n" +
-	"\x10GetStatusRequest\"\x86\x02\n" +
+	"\x10GetStatusRequest\"\xc0\x02\n" +
 	"\x11GetStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12+\n" +
 	"\x05peers\x18\x02 \x03(\v2\x15.fanout.v1.PeerStatusR\x05peers\x12 \n" +
@@ -1923,7 +2089,25 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12,\n" +
 	"\x05state\x18\x06 \x01(\v2\x16.fanout.v1.StateStatusR\x05state\x12\x14\n" +
 	"\x05ready\x18\a \x01(\bR\x05ready\x12!\n" +
-	"\fready_reason\x18\b \x01(\tR\vreadyReasonJ\x04\b\x03\x10\x04\"\xf4\x03\n" +
+	"\fready_reason\x18\b \x01(\tR\vreadyReason\x128\n" +
+	"\ttransport\x18\t \x01(\v2\x1a.fanout.v1.TransportStatusR\ttransportJ\x04\b\x03\x10\x04\"\x90\x03\n" +
+	"\x0fTransportStatus\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05peers\x18\x02 \x01(\x04R\x05peers\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06bucket\x18\x04 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06server\x18\x05 \x01(\tR\x06server\x12%\n" +
+	"\x0eserver_version\x18\x06 \x01(\tR\rserverVersion\x12\x1a\n" +
+	"\breplicas\x18\a \x01(\rR\breplicas\x12)\n" +
+	"\x10applied_sequence\x18\b \x01(\x04R\x0fappliedSequence\x12#\n" +
+	"\rlast_sequence\x18\t \x01(\x04R\flastSequence\x12\x10\n" +
+	"\x03lag\x18\n" +
+	" \x01(\x04R\x03lag\x12#\n" +
+	"\routbox_events\x18\v \x01(\x04R\foutboxEvents\x12!\n" +
+	"\foutbox_bytes\x18\f \x01(\x04R\voutboxBytes\x12\x1e\n" +
+	"\n" +
+	"reconnects\x18\r \x01(\x04R\n" +
+	"reconnects\"\xf4\x03\n" +
 	"\vStateStatus\x12\x12\n" +
 	"\x04keys\x18\x01 \x01(\x04R\x04keys\x12\x19\n" +
 	"\bmax_keys\x18\x02 \x01(\x04R\amaxKeys\x12\x14\n" +
@@ -2035,7 +2219,7 @@ func file_fanout_v1_fanout_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_fanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_fanout_v1_fanout_proto_goTypes = []any{
 	(AckPolicy)(0),                // 0: fanout.v1.AckPolicy
 	(EventOutcome)(0),             // 1: fanout.v1.EventOutcome
@@ -2052,54 +2236,56 @@ var file_fanout_v1_fanout_proto_goTypes = []any{
 	(*GetResponse)(nil),           // 12: fanout.v1.GetResponse
 	(*GetStatusRequest)(nil),      // 13: fanout.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),     // 14: fanout.v1.GetStatusResponse
-	(*StateStatus)(nil),           // 15: fanout.v1.StateStatus
-	(*PeerStatus)(nil),            // 16: fanout.v1.PeerStatus
-	(*PeerError)(nil),             // 17: fanout.v1.PeerError
-	(*SyncStatus)(nil),            // 18: fanout.v1.SyncStatus
-	nil,                           // 19: fanout.v1.Event.AttributesEntry
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*TransportStatus)(nil),       // 15: fanout.v1.TransportStatus
+	(*StateStatus)(nil),           // 16: fanout.v1.StateStatus
+	(*PeerStatus)(nil),            // 17: fanout.v1.PeerStatus
+	(*PeerError)(nil),             // 18: fanout.v1.PeerError
+	(*SyncStatus)(nil),            // 19: fanout.v1.SyncStatus
+	nil,                           // 20: fanout.v1.Event.AttributesEntry
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
 }
 var file_fanout_v1_fanout_proto_depIdxs = []int32{
-	19, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
-	20, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
+	20, // 0: fanout.v1.Event.attributes:type_name -> fanout.v1.Event.AttributesEntry
+	21, // 1: fanout.v1.Event.ttl:type_name -> google.protobuf.Duration
 	3,  // 2: fanout.v1.SubmitRequest.events:type_name -> fanout.v1.Event
 	0,  // 3: fanout.v1.SubmitRequest.ack:type_name -> fanout.v1.AckPolicy
-	20, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
+	21, // 4: fanout.v1.SubmitRequest.ack_timeout:type_name -> google.protobuf.Duration
 	7,  // 5: fanout.v1.SubmitResponse.peer_acks:type_name -> fanout.v1.PeerAck
 	6,  // 6: fanout.v1.SubmitResponse.results:type_name -> fanout.v1.EventResult
 	1,  // 7: fanout.v1.EventResult.outcome:type_name -> fanout.v1.EventOutcome
 	2,  // 8: fanout.v1.PeerAck.state:type_name -> fanout.v1.PeerAckState
 	3,  // 9: fanout.v1.SubscribeResponse.event:type_name -> fanout.v1.Event
-	21, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
+	22, // 10: fanout.v1.SubscribeResponse.submitted_at:type_name -> google.protobuf.Timestamp
 	10, // 11: fanout.v1.SubscribeResponse.batch:type_name -> fanout.v1.Entry
 	3,  // 12: fanout.v1.Entry.event:type_name -> fanout.v1.Event
-	21, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
+	22, // 13: fanout.v1.Entry.submitted_at:type_name -> google.protobuf.Timestamp
 	10, // 14: fanout.v1.GetResponse.entries:type_name -> fanout.v1.Entry
-	16, // 15: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
-	15, // 16: fanout.v1.GetStatusResponse.state:type_name -> fanout.v1.StateStatus
-	18, // 17: fanout.v1.PeerStatus.sync:type_name -> fanout.v1.SyncStatus
-	17, // 18: fanout.v1.PeerStatus.last_error:type_name -> fanout.v1.PeerError
-	21, // 19: fanout.v1.PeerStatus.up_changed_at:type_name -> google.protobuf.Timestamp
-	21, // 20: fanout.v1.PeerError.at:type_name -> google.protobuf.Timestamp
-	21, // 21: fanout.v1.PeerError.recovered_at:type_name -> google.protobuf.Timestamp
-	21, // 22: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
-	20, // 23: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
-	4,  // 24: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
-	4,  // 25: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
-	8,  // 26: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
-	11, // 27: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
-	13, // 28: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
-	5,  // 29: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
-	5,  // 30: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
-	9,  // 31: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
-	12, // 32: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
-	14, // 33: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
-	29, // [29:34] is the sub-list for method output_type
-	24, // [24:29] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	17, // 15: fanout.v1.GetStatusResponse.peers:type_name -> fanout.v1.PeerStatus
+	16, // 16: fanout.v1.GetStatusResponse.state:type_name -> fanout.v1.StateStatus
+	15, // 17: fanout.v1.GetStatusResponse.transport:type_name -> fanout.v1.TransportStatus
+	19, // 18: fanout.v1.PeerStatus.sync:type_name -> fanout.v1.SyncStatus
+	18, // 19: fanout.v1.PeerStatus.last_error:type_name -> fanout.v1.PeerError
+	22, // 20: fanout.v1.PeerStatus.up_changed_at:type_name -> google.protobuf.Timestamp
+	22, // 21: fanout.v1.PeerError.at:type_name -> google.protobuf.Timestamp
+	22, // 22: fanout.v1.PeerError.recovered_at:type_name -> google.protobuf.Timestamp
+	22, // 23: fanout.v1.SyncStatus.last_success:type_name -> google.protobuf.Timestamp
+	21, // 24: fanout.v1.SyncStatus.last_duration:type_name -> google.protobuf.Duration
+	4,  // 25: fanout.v1.FanoutService.Submit:input_type -> fanout.v1.SubmitRequest
+	4,  // 26: fanout.v1.FanoutService.SubmitStream:input_type -> fanout.v1.SubmitRequest
+	8,  // 27: fanout.v1.FanoutService.Subscribe:input_type -> fanout.v1.SubscribeRequest
+	11, // 28: fanout.v1.FanoutService.Get:input_type -> fanout.v1.GetRequest
+	13, // 29: fanout.v1.FanoutService.GetStatus:input_type -> fanout.v1.GetStatusRequest
+	5,  // 30: fanout.v1.FanoutService.Submit:output_type -> fanout.v1.SubmitResponse
+	5,  // 31: fanout.v1.FanoutService.SubmitStream:output_type -> fanout.v1.SubmitResponse
+	9,  // 32: fanout.v1.FanoutService.Subscribe:output_type -> fanout.v1.SubscribeResponse
+	12, // 33: fanout.v1.FanoutService.Get:output_type -> fanout.v1.GetResponse
+	14, // 34: fanout.v1.FanoutService.GetStatus:output_type -> fanout.v1.GetStatusResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_fanout_proto_init() }
@@ -2113,7 +2299,7 @@ func file_fanout_v1_fanout_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_fanout_proto_rawDesc), len(file_fanout_v1_fanout_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
