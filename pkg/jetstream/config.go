@@ -30,10 +30,11 @@ type Config struct {
 	// bytes: 64 MiB, the mesh's pending budget per peer. Past it a QUEUED Submit's
 	// events are dropped (FateOverflow), counted.
 	OutboxBytes int64
-	// Publishers is how many events are put into the stream at once: 16. A put is
-	// two round trips to the stream's leader (a read of the key, the publish and its
-	// Raft commit); 16 in flight keep a sidecar near its CPU limit rather than its
-	// round trips'.
+	// Publishers is how many events are put into the stream at once: 64. A put is
+	// one or two round trips to the stream's leader (a read of the key, unless the
+	// feed's hint or a new key spares it; the publish and its Raft commit), each a
+	// request that waits: with 64 in flight a sidecar is held by its CPU or the
+	// servers' rather than by its round trips.
 	Publishers int
 	// TombstoneTTL is how long a delete marker stays in the stream: the node's
 	// --tombstone-ttl (a tombstone kept as long on every node), at least 1 s (the
@@ -71,7 +72,7 @@ func DefaultConfig() Config {
 		Replicas:     3,
 		MaxAttempts:  8,
 		OutboxBytes:  64 << 20,
-		Publishers:   16,
+		Publishers:   64,
 		TombstoneTTL: 24 * time.Hour,
 		FeedCheck:    5 * time.Second,
 		Limits:       event.DefaultLimits(),

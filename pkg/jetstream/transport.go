@@ -323,14 +323,17 @@ func (t *Transport) send(st *stream, task *batcher.Task[wire.Outgoing]) batcher.
 // would hold it instead (the table only moves to newer stamps), and if it was
 // applied before m was accepted, m was accepted as newer than it. So expecting its
 // sequence lands m only over an older message; if the stream moved on since, the
-// publish meets a conflict and reads the key. nil: read the key first.
+// publish meets a conflict and reads the key. Without a hint it guesses the key is
+// new (expects no message): a new key lands in one round trip instead of two, and a
+// key the stream holds meets a conflict and is read, as after any. nil: the table
+// no longer holds m (a newer write of the key replaced it): read the key first.
 func (t *Transport) hint(st *stream, m *message) *current {
-	seq, ok := t.hints.get(st.prefix + encodeKey(m.TaskID))
-	if !ok {
-		return nil
-	}
 	if e, ok := t.node.Table().Get([]byte(m.TaskID)); !ok || e.Stamp != m.Stamp {
 		return nil
+	}
+	seq, ok := t.hints.get(st.prefix + encodeKey(m.TaskID))
+	if !ok {
+		return &current{}
 	}
 	return &current{present: true, seq: seq} // the zero stamp: older than m
 }
