@@ -122,10 +122,12 @@
 //     The transport has one destination, the stream; a Submit that waits for an ack
 //     is told at once that it cannot be had if NATS has been unreachable since the
 //     start, and otherwise waits up to its deadline (a lost server, an election).
-//  3. Config.Publishers goroutines take events from the outbox and put each into the
-//     stream: the CAS loop above, starting from the key's sequence the feed last
+//  3. Config.Publishers (64) goroutines take events from the outbox and put each into
+//     the stream: the CAS loop above, starting from the key's sequence the feed last
 //     applied while the node's table still holds the event (hints.go: one round trip
-//     for an update), else from a direct get of the key. A landed or stored
+//     for an update), else expecting no message (one round trip for a new key; a key
+//     the stream holds meets a conflict and is read); from a direct get of the key
+//     when the table holds a newer write than the event. A landed or stored
 //     event is FateSucceeded, a stale one FateStale; a failing stream or connection,
 //     or an event that spent its attempts (a hot key, or reads from a replica cut
 //     off from the leader), is retried with back-off (100 ms to 5 s) until the
