@@ -10,7 +10,7 @@
 // Go's build cache makes every build after the first a link.
 //
 // ProcAttr is the SysProcAttr of every server a test starts, so that none outlives a
-// test process that dies.
+// test process that dies. AllStopped tells when a process SIGSTOP froze has stopped.
 package testbin
 
 import (

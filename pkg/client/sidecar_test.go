@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -269,7 +268,7 @@ func (n *node) signal(sig syscall.Signal) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := allStopped(n.cmd.Process.Pid)
+		err := testbin.AllStopped(n.cmd.Process.Pid)
 		if err == nil {
 			return
 		}
@@ -278,31 +277,6 @@ func (n *node) signal(sig syscall.Signal) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// allStopped reports whether every thread of process pid is in state T (stopped),
-// from /proc/<pid>/task/<tid>/stat.
-func allStopped(pid int) error {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
-		if err != nil {
-			return err
-		}
-		// "tid (comm) S ...": the state follows the last ')'; comm may hold spaces.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			return fmt.Errorf("thread %s: unreadable stat %q", t.Name(), b)
-		}
-		if st := b[i+2]; st != 'T' {
-			return fmt.Errorf("thread %s is in state %c", t.Name(), st)
-		}
-	}
-	return nil
 }
 
 // within returns a context that ends after d, cancelled at the test's end.

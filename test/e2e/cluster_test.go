@@ -19,6 +19,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/freeport"
+	"github.com/fanout/fanout/internal/testbin"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -435,32 +436,7 @@ func (n *node) signal(sig syscall.Signal) {
 // a SIGSTOP (see node.signal).
 func waitStopped(t testing.TB, pid int, what string) {
 	t.Helper()
-	eventually(t, stepTimeout, what+" to stop", func() error { return allStopped(pid) })
-}
-
-// allStopped reports whether every thread of process pid is in state T (stopped),
-// from /proc/<pid>/task/<tid>/stat.
-func allStopped(pid int) error {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
-		if err != nil {
-			return err
-		}
-		// "tid (comm) S ...": the state follows the last ')'; comm may hold spaces.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			return fmt.Errorf("thread %s: unreadable stat %q", t.Name(), b)
-		}
-		if st := b[i+2]; st != 'T' {
-			return fmt.Errorf("thread %s is in state %c", t.Name(), st)
-		}
-	}
-	return nil
+	eventually(t, stepTimeout, what+" to stop", func() error { return testbin.AllStopped(pid) })
 }
 
 // wait waits up to timeout for the process to exit and returns its state.
