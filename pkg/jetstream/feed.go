@@ -48,7 +48,8 @@ type feed struct {
 	// done is closed by stop: it ends run's back-off and watch.
 	done     chan struct{}
 	stopOnce sync.Once
-	// stopCtx is canceled by stop, with done: run's Next waits on it, so that stop
+	// stopCtx is canceled by stop, with done: run's Next, restart's new consumer and
+	// watch's request wait on it, so that stop
 	// never waits on an iterator the client library replaced after stop stopped the
 	// old one (an ordered consumer's reset racing Stop leaves a Next that nothing
 	// ends: seen as a Shutdown that hung for good).
@@ -205,7 +206,7 @@ func (f *feed) run() {
 // with back-off (100 ms to 5 s) until it succeeds (true) or stop (false).
 func (f *feed) restart() bool {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(f.stopCtx, 10*time.Second) // stop ends it at once
 		it, err := f.consume(ctx, f.applied.Load()+1)
 		cancel()
 		if err == nil {
@@ -217,6 +218,9 @@ func (f *feed) restart() bool {
 			}
 			f.it = it
 			return true
+		}
+		if f.stopped() {
+			return false
 		}
 		f.log.Warn("jetstream: feed: restarting the consumer", "from", f.applied.Load()+1, "err", err, "retry_in", wait)
 		if !f.pause(wait) {
@@ -245,7 +249,7 @@ func (f *feed) watch() {
 			last, strikes = n, 0
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), f.check)
+		ctx, cancel := context.WithTimeout(f.stopCtx, f.check)
 		after := f.applied.Load()
 		seq, found, err := f.st.nextAfter(ctx, after)
 		cancel()

@@ -11,7 +11,6 @@ import (
 	"github.com/fanout/fanout/pkg/event"
 	"github.com/fanout/fanout/pkg/state"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // recordingApplier is a node's Apply that hands every entry to the test.
@@ -40,6 +39,20 @@ func (r *recordingApplier) next(t *testing.T, what string) (string, uint64) {
 	}
 }
 
+// oneServerStream opens bucket's stream (R1) on a one-server cluster, with a context
+// that ends within a minute, or with the test.
+func oneServerStream(t *testing.T, bucket string) (context.Context, *stream) {
+	t.Helper()
+	nc := connect(t, startCluster(t, 1).URL(0))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, err := openStream(ctx, nc, testStreamConfig(bucket, 1), event.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, st
+}
+
 // testFeed starts a feed of st into a from s, checked every 200 ms for a stall.
 func testFeed(ctx context.Context, st *stream, a applier, s feedStart) (*feed, error) {
 	info, err := st.s.Info(ctx)
@@ -53,13 +66,7 @@ func testFeed(ctx context.Context, st *stream, a applier, s feedStart) (*feed, e
 // however often it was written), turns ready once it applied them, then delivers
 // every new write; a message this transport did not write is skipped and counted.
 func TestFeed(t *testing.T) {
-	nc := connect(t, startCluster(t, 1).URL(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := openStream(ctx, nc, testStreamConfig("feed", 1), event.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := oneServerStream(t, "feed")
 	for _, w := range []struct {
 		key string
 		v   uint64
@@ -68,8 +75,7 @@ func TestFeed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(ctx, "feed")
+	kv, err := st.js.KeyValue(ctx, "feed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,13 +119,7 @@ func TestFeed(t *testing.T) {
 
 // TestFeedEmptyStream: on an empty stream the feed is ready at once.
 func TestFeedEmptyStream(t *testing.T) {
-	nc := connect(t, startCluster(t, 1).URL(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := openStream(ctx, nc, testStreamConfig("empty", 1), event.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := oneServerStream(t, "empty")
 	f, err := testFeed(ctx, st, &recordingApplier{got: make(chan *fanoutv1.SyncEntry, 1)}, feedStart{})
 	if err != nil {
 		t.Fatal(err)
@@ -135,13 +135,7 @@ func TestFeedEmptyStream(t *testing.T) {
 // TestFeedResumes: a feed started from a saved sequence delivers the messages from
 // it on, and none before; one started past the stream's last message is ready at once.
 func TestFeedResumes(t *testing.T) {
-	nc := connect(t, startCluster(t, 1).URL(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := openStream(ctx, nc, testStreamConfig("resume", 1), event.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := oneServerStream(t, "resume")
 	var seqs []uint64
 	for i, key := range []string{"a", "b", "c", "d"} {
 		o, err := st.put(ctx, testMessage(t, key, state.Stamp{Version: uint64(i + 1), Origin: "n"}, 4), &current{})
@@ -189,13 +183,7 @@ func TestFeedResumes(t *testing.T) {
 // moves on is replaced from the feed's position within a few checks, and the feed
 // delivers what it missed, once.
 func TestFeedRestartsStalledConsumer(t *testing.T) {
-	nc := connect(t, startCluster(t, 1).URL(0))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := openStream(ctx, nc, testStreamConfig("stall", 1), event.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := oneServerStream(t, "stall")
 	if _, err := st.put(ctx, testMessage(t, "a", state.Stamp{Version: 1, Origin: "n"}, 4), &current{}); err != nil {
 		t.Fatal(err)
 	}

@@ -210,6 +210,7 @@ func (t *Transport) keepPosition(info *jetstream.StreamInfo) {
 		}
 		wroteSeq, wroteMark = saved.seq, mark
 		t.savedSeq.Store(saved.seq)
+		t.saves.Add(1)
 	}
 }
 

@@ -179,6 +179,8 @@ func TestRestartPublishesOutbox(t *testing.T) {
 	st := openStore(t, dir)
 	a := startMemberWith(t, c.URL(0), "a", "outbox", 1, withDataDir(st))
 	a.waitReady(t)
+	// A position saved before the events below: its outbox mark is older than they are.
+	waitUntil(t, 10*time.Second, "a's first save", func() bool { return a.tr.saves.Load() > 0 })
 	c.Stop(0)
 	for i := range 3 {
 		resp, err := submit(ctx, a, fanoutv1.AckPolicy_ACK_POLICY_QUEUED, &fanoutv1.Event{TaskId: fmt.Sprintf("q/%d", i), Payload: []byte("z")})
@@ -186,7 +188,6 @@ func TestRestartPublishesOutbox(t *testing.T) {
 			t.Fatalf("QUEUED submit with the server down: %v, %v", resp, err)
 		}
 	}
-	time.Sleep(2 * saveEvery) // a save with the three in the outbox
 	a.node.Close()
 	st.Close()
 

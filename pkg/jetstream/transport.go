@@ -73,10 +73,11 @@ type Transport struct {
 	// read by start once.
 	pos   position
 	posOK bool
-	// savedSeq is the feed's sequence saved last; saveErrs counts failed saves;
-	// republished the events published again at start (keepPosition, republish).
-	savedSeq, saveErrs, republished atomic.Uint64
-	series                          *series
+	// savedSeq is the feed's sequence saved last; saves and saveErrs count the saves
+	// that succeeded and failed; republished the events published again at start
+	// (keepPosition, republish).
+	savedSeq, saves, saveErrs, republished atomic.Uint64
+	series                                 *series
 }
 
 var _ fanout.Transport = (*Transport)(nil)
