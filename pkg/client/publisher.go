@@ -26,10 +26,7 @@ const (
 	DefaultMaxBatchBytes = 4 << 20
 	// DefaultMaxEventBytes is the sidecar's default --max-event-bytes (a payload).
 	DefaultMaxEventBytes = 1 << 20
-	// DefaultAnswerHold is PublisherConfig.AnswerHold's default: at a thousand Puts a
-	// second, two per answer; a Pending resolves at most 2 ms late.
-	DefaultAnswerHold = 2 * time.Millisecond
-	maxAnswerHold     = 100 * time.Millisecond
+	maxAnswerHold        = 100 * time.Millisecond
 )
 
 // PublisherConfig configures a Publisher. Zero fields take their defaults.
@@ -51,12 +48,13 @@ type PublisherConfig struct {
 	// they are in flight the next Puts gather into the next batch.
 	MaxInFlight int
 	// AnswerHold lets the sidecar hold a request's answer up to this long and send it
-	// with later ones (answer_hold_micros, API v1.3): a trickle of Puts then costs one
-	// answer per run of requests instead of one each, and each Pending resolves up to
-	// this much later. Never on the request that fills MaxInFlight, whose answer
-	// brings the held ones back at once. Default 2ms; negative: off (answers are then
-	// held only while more Puts are queued, window_answers). At most 100ms. Ignored
-	// for requests that wait for acks (ONE, QUORUM, ALL), which are answered alone.
+	// with later ones (answer_hold_micros, API v1.3): a producer that Puts at a steady
+	// rate without waiting on each Pending then costs one answer per run of requests
+	// instead of one each, and each Pending resolves up to this much later. Never on
+	// the request that fills MaxInFlight, whose answer brings the held ones back at
+	// once. Default 0, off: an app that waits on each Pending (a Put, then Wait) would
+	// wait the hold on every one. At most 100ms. Ignored for requests that wait for
+	// acks (ONE, QUORUM, ALL), which are answered alone.
 	AnswerHold time.Duration
 	// Ack and AckTimeout apply to every request (per-Put WithAck and WithAckTimeout
 	// are ignored: a batch has one policy). Default Queued, the sidecar's timeout.
@@ -173,9 +171,6 @@ func NewPublisher(c *Client, cfg PublisherConfig) (*Publisher, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 8
 	}
-	if cfg.AnswerHold == 0 {
-		cfg.AnswerHold = DefaultAnswerHold
-	}
 	switch {
 	case cfg.MaxEventBytes < 0:
 		return nil, fmt.Errorf("client: PublisherConfig.MaxEventBytes %d: negative", cfg.MaxEventBytes)
@@ -188,7 +183,9 @@ func NewPublisher(c *Client, cfg PublisherConfig) (*Publisher, error) {
 	case cfg.MaxInFlight < 0:
 		return nil, fmt.Errorf("client: PublisherConfig.MaxInFlight %d: negative", cfg.MaxInFlight)
 	case cfg.AnswerHold > maxAnswerHold:
-		return nil, fmt.Errorf("client: PublisherConfig.AnswerHold %s: at most %s (the sidecar holds no answer longer); negative turns it off", cfg.AnswerHold, maxAnswerHold)
+		return nil, fmt.Errorf("client: PublisherConfig.AnswerHold %s: at most %s (the sidecar holds no answer longer); 0 turns it off", cfg.AnswerHold, maxAnswerHold)
+	case cfg.AnswerHold < 0:
+		return nil, fmt.Errorf("client: PublisherConfig.AnswerHold %s: negative (0 turns it off)", cfg.AnswerHold)
 	case cfg.AckTimeout < 0:
 		return nil, fmt.Errorf("client: PublisherConfig.AckTimeout %s: negative", cfg.AckTimeout)
 	}

@@ -341,13 +341,13 @@ func TestPublisherWindows(t *testing.T) {
 
 // TestPublisherAnswerHold: Puts that trickle in, each sent alone before the next is
 // made, share answers (answer_hold_micros, API v1.3): the sidecar holds each and sends
-// them together; every Pending still resolves with its own result. With AnswerHold
-// negative, each request is answered alone.
+// them together; every Pending still resolves with its own result. Without AnswerHold
+// (the default), each request is answered alone.
 func TestPublisherAnswerHold(t *testing.T) {
 	n := startNodes(t, 1)[0]
 	c := dial(t, n.app)
 	ctx := within(t, time.Minute)
-	for _, hold := range []time.Duration{100 * time.Millisecond, -1} {
+	for _, hold := range []time.Duration{100 * time.Millisecond, 0} {
 		p, err := client.NewPublisher(c, client.PublisherConfig{AnswerHold: hold})
 		if err != nil {
 			t.Fatal(err)
@@ -372,7 +372,7 @@ func TestPublisherAnswerHold(t *testing.T) {
 		if hold > 0 && (st.Requests != 4 || st.Answers >= st.Requests) {
 			t.Errorf("hold %v: stats %+v: want 4 requests and fewer answers", hold, st)
 		}
-		if hold < 0 && (st.Requests != 4 || st.Answers != 4) {
+		if hold == 0 && (st.Requests != 4 || st.Answers != 4) {
 			t.Errorf("no hold: stats %+v: want 4 requests, 4 answers", st)
 		}
 		p.Close()
