@@ -179,6 +179,11 @@ type Config[T any] struct {
 	// for good, from the acceptor goroutine (or from Close for FateStopped). It must
 	// not block, and t is valid only during the call.
 	OnFinal func(t *Task[T], fate Fate)
+	// OnPark (ours), if set, is called from the acceptor goroutine when a task parks
+	// behind the task of its ID in flight: it is sent only once that flight's result
+	// is in, so a Processor that lets results wait (a peer holding answers) hears
+	// that one is awaited. It must not block.
+	OnPark func()
 	// Gate, if set, can hold dispatch (circuit breaker).
 	Gate Gate
 	// Budget (ours), if set, bounds the pending tasks of every batcher that shares

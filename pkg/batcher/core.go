@@ -44,6 +44,7 @@ type core[T any] struct {
 	gate           Gate                     // may be nil
 	newer          func(a, b *Task[T]) bool // Config.Newer; may be nil: see keeps
 	onFinal        func(*Task[T], Fate)
+	onPark         func() // Config.OnPark; may be nil
 	log            rateLog
 	// splitRecovery is how long a split holds before batchLimit may double back
 	// (splitRecovery, the constant; tests shorten it).
@@ -123,6 +124,7 @@ func newCore[T any](cfg *Config[T]) *core[T] {
 		gate:           cfg.Gate,
 		newer:          cfg.Newer,
 		onFinal:        cfg.OnFinal,
+		onPark:         cfg.OnPark,
 		log:            rateLog{logger: cfg.Logger, interval: time.Second},
 		splitRecovery:  splitRecovery,
 		budget:         cfg.Budget,
@@ -200,6 +202,9 @@ func (c *core[T]) acceptOne(t *Task[T], now time.Time) {
 		c.ids.insert(hv, h)
 	} else { // in flight: the newer version parks behind it
 		h.task, h.arrived = *t, now
+		if c.onPark != nil {
+			c.onPark()
+		}
 	}
 	h.size = size
 	c.wait(h, false)

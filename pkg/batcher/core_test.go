@@ -1008,3 +1008,27 @@ func TestCoreOnFinalNil(t *testing.T) {
 		t.Errorf("stats = %+v", s)
 	}
 }
+
+// TestOnPark: OnPark is called once when a task parks behind the task of its ID in
+// flight, and not for a task that replaces one parked already, one that loses to the
+// flight, or one whose ID is not in flight.
+func TestOnPark(t *testing.T) {
+	parks := 0
+	h := newHarness(t, func(c *Config[int]) {
+		c.Newer = byValue
+		c.Workers = 2
+		c.OnPark = func() { parks++ }
+	})
+	h.offer(tk("a", 1000))
+	h.assign()
+	h.offer(tk("b", 1))   // not in flight
+	h.offer(tk("a", 500)) // loses to the flight
+	if parks != 0 {
+		t.Fatalf("%d parks before any task parked", parks)
+	}
+	h.offer(tk("a", 2000)) // parks behind a:1000
+	h.offer(tk("a", 3000)) // replaces the parked a:2000
+	if parks != 1 {
+		t.Fatalf("OnPark called %d times, want 1 (the first park)", parks)
+	}
+}

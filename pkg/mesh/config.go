@@ -26,6 +26,9 @@ type Conn interface {
 	// mayHold: no acknowledgement waits for it, so the peer may answer it later with
 	// others; held: it was sent so, and the time to the answer is no round trip.
 	ReplicateFrame(ctx context.Context, f *frame.Frame, events int, mayHold bool) (resp *fanoutv1.ReplicateResponse, held bool, err error)
+	// Recall asks the peer, without blocking, for the answers it holds now: a task
+	// waits for one (origin: this node's id, for the request).
+	Recall(origin string)
 	antientropy.Peer
 	Close() error
 }

@@ -214,6 +214,9 @@ func (m *Mesh) newLink(addr string) (*link, error) {
 		final(addr, t, f)
 	}
 	bc.Gate = l.br // while open, pending events wait (coalescing, bounded) instead of being sent
+	// A newer version of a key in flight waits for that flight's answer: one the peer
+	// holds (--answer-hold) is asked for at once, so a hot key is never held back.
+	bc.OnPark = func() { conn.Recall(m.id) }
 	// Coalescing keeps the highest version, never the latest arrival: every task of
 	// this batcher has this node as its origin, so the version alone decides.
 	bc.Newer = func(a, b *batcher.Task[wire.Outgoing]) bool { return a.Value.Version > b.Value.Version }

@@ -12,6 +12,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/frame"
+	"github.com/fanout/fanout/internal/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -83,6 +84,7 @@ type Conn struct {
 	// promptEvery is the package's promptEvery (a test may lengthen it before the
 	// first batch).
 	promptEvery time.Duration
+	recalling   atomic.Bool // a Recall's empty batch is under way
 	// peerMax is the largest message the peer takes, as it last said it (a stream's
 	// header, or a refusal); 0: not known. Kept across streams, so that a new stream
 	// does not send what the peer refused on the last one.
@@ -161,6 +163,32 @@ func (c *Conn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int, m
 	}
 	return resp, held, nil
 }
+
+// Recall asks the peer now for the answers it holds, if any batch sent with a hold is
+// in flight: a task waits for one of them (batcher.Config.OnPark). It sends an empty
+// batch from origin without a hold, whose answer brings the held ones, on a goroutine
+// of c's (Close waits for it), one at a time; it does not block.
+func (c *Conn) Recall(origin string) {
+	c.mu.Lock()
+	st := c.st
+	c.mu.Unlock()
+	if st == nil || !st.holding() || !c.recalling.CompareAndSwap(false, true) {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer c.recalling.Store(false)
+		ctx, cancel := context.WithTimeout(c.ctx, recallTimeout)
+		defer cancel()
+		f := &frame.Frame{B: wire.AppendReplicate(nil, origin, 0, nil, nil)}
+		_, _, _ = st.do(ctx, f, 0, false) // a failure is the stream's: its batches hear of it
+	}()
+}
+
+// recallTimeout bounds a Recall's wait for its answer (a peer that does not answer
+// fails the stream's batches by their own deadlines).
+const recallTimeout = 10 * time.Second
 
 // replicate sends f on the stream, or as a unary call; the error is unclassified.
 func (c *Conn) replicate(ctx context.Context, f *frame.Frame, events int, mayHold bool) (*fanoutv1.ReplicateResponse, bool, error) {

@@ -84,6 +84,9 @@ func (c *FakeConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events in
 	return resp, false, err
 }
 
+// Recall does nothing: a fake holds no answer.
+func (c *FakeConn) Recall(string) {}
+
 // Addr is the fake peer's address.
 func (c *FakeConn) Addr() string { return c.addr }
 

@@ -209,6 +209,13 @@ func (s *replStream) fail(err error) {
 	}
 }
 
+// holding reports whether a batch sent with a hold is in flight.
+func (s *replStream) holding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held > 0
+}
+
 func (s *replStream) broken() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -484,7 +484,9 @@ func (p *holdingPeer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStrea
 // hold unless MaxHeld held batches are in flight (then without, and its answer brings
 // theirs) or none went without one lately (the first on a stream goes without); a held
 // batch's answer, from ok_seqs, is every status OK from the peer as it last named
-// itself; a batch that may not be held, or a Conn without AnswerHold, never is.
+// itself; Recall sends an empty batch without a hold that brings the held answers,
+// only while some are held; a batch that may not be held, or a Conn without
+// AnswerHold, never is.
 func TestStreamHeldAnswers(t *testing.T) {
 	p := &holdingPeer{holds: make(map[string]uint32), held: make(chan string, 8)}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -546,8 +548,28 @@ func TestStreamHeldAnswers(t *testing.T) {
 		check(r, true, map[string]int{"b": 3, "c": 2}[r.origin])
 	}
 	check(send("e", 2, false), false, 2)
+
+	// Held again, then recalled (a task waits for one of them): an empty batch
+	// without a hold brings their answers; nothing else is sent.
+	go func() { results <- send("f", 1, true) }()
+	go func() { results <- send("g", 1, true) }()
+	for range 2 {
+		select {
+		case <-p.held:
+		case <-ctx.Done():
+			t.Fatal("f and g were not held")
+		}
+	}
+	c.Recall("recall")
+	for range 2 {
+		check(<-results, true, 1)
+	}
+	c.Recall("recall") // nothing held: no batch
 	p.mu.Lock()
-	for origin, want := range map[string]uint32{"a": 0, "b": 50000, "c": 50000, "d": 0, "e": 0} {
+	if len(p.holds) != 8 {
+		t.Errorf("the peer saw batches from %v, want a..g and one recall", p.holds)
+	}
+	for origin, want := range map[string]uint32{"a": 0, "b": 50000, "c": 50000, "d": 0, "e": 0, "f": 50000, "g": 50000, "recall": 0} {
 		if got := p.holds[origin]; got != want {
 			t.Errorf("%s sent with answer_hold_micros %d, want %d", origin, got, want)
 		}
