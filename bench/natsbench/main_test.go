@@ -23,7 +23,7 @@ func TestLogPatterns(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := options{spawn: 3, subscribers: 2, duration: time.Second, drainTimeout: time.Second, readyTimeout: time.Second, rate: 10, batch: 1, payload: 100}
+	ok := options{spawn: 3, subscribers: 2, kvStorage: "file", settleMax: time.Second, duration: time.Second, drainTimeout: time.Second, readyTimeout: time.Second, rate: 10, batch: 1, payload: 100}
 	if err := ok.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +37,8 @@ func TestValidate(t *testing.T) {
 		{func(o *options) { o.spawn = 0 }, "give --spawn N or --url"},
 		{func(o *options) { o.kv, o.replicas = "b", 5 }, "--replicas must be 1..--spawn (3), got 5"},
 		{func(o *options) { o.watchers = 4 }, "only with --kv on a cluster"},
+		{func(o *options) { o.memoryKeys = 10 }, "--memory-keys must be >= 0, and only with --kv and --spawn"},
+		{func(o *options) { o.kv, o.kvStorage = "b", "disk" }, `--kv-storage must be file or memory, got "disk"`},
 	} {
 		o := ok
 		tc.change(&o)
