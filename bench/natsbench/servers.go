@@ -25,8 +25,8 @@ import (
 type server struct {
 	id       string
 	cmd      *exec.Cmd
-	profPort int // its --profile port (net/http/pprof), 0 without
-	done chan struct{} // closed when the log has been read to the end and cmd waited for
+	profPort int           // its --profile port (net/http/pprof), 0 without
+	done     chan struct{} // closed when the log has been read to the end and cmd waited for
 
 	mu         sync.Mutex
 	clientPort int

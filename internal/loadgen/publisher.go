@@ -14,6 +14,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/client"
 )
 
 // clock measures offsets from the run's epoch with the monotonic reading of now. Every
@@ -62,7 +63,8 @@ type sentRequest struct {
 type publisher struct {
 	index  int
 	cfg    *Config
-	client fanoutv1.FanoutServiceClient
+	client fanoutv1.FanoutServiceClient // --client stream
+	app    *client.Client               // --client publisher
 	clock  clock
 	win    window
 	latest keyVersions   // nil without hot keys
@@ -101,6 +103,9 @@ func newPublisher(index int, cfg *Config, client fanoutv1.FanoutServiceClient, c
 
 // run publishes until the window ends and every response is in, or ctx is done.
 func (p *publisher) run(ctx context.Context) error {
+	if p.app != nil {
+		return p.runPublisher(ctx)
+	}
 	ctx, cancel := withoutDeadline(ctx)
 	defer cancel()
 	stream, err := p.client.SubmitStream(ctx)
