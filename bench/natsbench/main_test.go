@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,28 +78,70 @@ func TestRunCluster(t *testing.T) {
 	}
 }
 
-// A second of the KV anchor on a 3-server JetStream cluster of the pinned nats-server,
-// with 3 watchers on the 2 servers but the publisher's: every put reaches every
-// watcher, none fails.
+// A second of each KV anchor on a 3-server JetStream cluster of the pinned
+// nats-server (R3 file with 3 watchers on the 2 servers but the publisher's, R1
+// memory with one on each): every put reaches every watcher, none fails.
 func TestRunKV(t *testing.T) {
 	bin, err := natstest.Build(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
-		drainTimeout: 10 * time.Second, readyTimeout: 30 * time.Second, batch: 10, payload: 100, window: 1000,
-		kv: "anchor", replicas: 3, watchers: 3}
-	if err := o.validate(); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		storage            string
+		replicas, watchers int
+	}{{"file", 3, 3}, {"memory", 1, 0}} {
+		t.Run(fmt.Sprintf("r%d-%s", tc.replicas, tc.storage), func(t *testing.T) {
+			o := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
+				drainTimeout: 10 * time.Second, readyTimeout: 30 * time.Second, batch: 10, payload: 100, window: 1000,
+				kv: "anchor", kvStorage: tc.storage, replicas: tc.replicas, watchers: tc.watchers, settleMax: time.Second}
+			if err := o.validate(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs := max(tc.watchers, 2)
+			if r.System != "nats-kv" || r.KVStorage != tc.storage || r.Replicas != tc.replicas || r.Subscribers != subs ||
+				r.Submitted == 0 || r.Lost != 0 || r.Delivered != uint64(subs)*r.Submitted || r.PublishErrors != 0 {
+				t.Fatalf("%+v", r)
+			}
+			if r.P50 <= 0 || len(r.NodeResults) != 3 || r.NodeCPUSeconds <= 0 {
+				t.Fatalf("latency %+v, nodes %+v", r.Latency, r.NodeResults)
+			}
+		})
 	}
-	r, err := run(context.Background(), o)
+}
+
+// --memory-keys on R1 memory: every watcher gets every key, the stream holds them
+// (and the readiness probe's), and the server that holds the stream is the one that
+// grew the most, by at least the payloads.
+func TestRunMemory(t *testing.T) {
+	bin, err := natstest.Build(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.System != "nats-kv" || r.Subscribers != 3 || r.Submitted == 0 || r.Lost != 0 || r.Delivered != 3*r.Submitted || r.PublishErrors != 0 {
+	const keys = 20000
+	o := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, drainTimeout: 30 * time.Second,
+		readyTimeout: 30 * time.Second, batch: 1, payload: 100, kv: "mem", kvStorage: "memory", replicas: 1,
+		memoryKeys: keys, settleMax: 10 * time.Second}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runMemory(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Keys != keys || r.StreamMsgs != keys+1 || r.PublishErrors != 0 || r.Watchers != 2 || len(r.NodeMemory) != 3 {
 		t.Fatalf("%+v", r)
 	}
-	if r.P50 <= 0 || len(r.NodeResults) != 3 || r.NodeCPUSeconds <= 0 {
-		t.Fatalf("latency %+v, nodes %+v", r.Latency, r.NodeResults)
+	if r.StreamServer == "" || r.BytesPerKeyOf != r.StreamServer || r.BytesPerKey < 100 {
+		t.Fatalf("stream on %q, most growth %g B/key on %q: %+v", r.StreamServer, r.BytesPerKey, r.BytesPerKeyOf, r.NodeMemory)
 	}
+	for _, n := range r.NodeMemory {
+		if n.BaselineRSS <= 0 || n.SettledRSS <= 0 {
+			t.Fatalf("%+v", r.NodeMemory)
+		}
+	}
+	t.Logf("%d keys: %.0f B/key on %s (stream's server), settled in %.1f s", keys, r.BytesPerKey, r.BytesPerKeyOf, r.SettleWaitS)
 }
