@@ -61,7 +61,7 @@ func main() {
 	flag.DurationVar(&o.settleMax, "settle-max", 30*time.Second, "the longest wait, after a forced GC, for the resident sets to stop falling")
 	flag.DurationVar(&o.wait, "wait", 120*time.Second, "how long to wait for every node to hold every key")
 	flag.DurationVar(&o.readyTimeout, "ready-timeout", 30*time.Second, "bound on each node's start")
-	flag.StringVar(&o.heapDir, "heap-dir", "", "write each node's heap profile, taken once settled with the keys, to DIR/<node>.heap.pb.gz (go tool pprof)")
+	flag.StringVar(&o.heapDir, "heap-dir", "", "write each node's heap profile, taken once settled with the keys, to DIR/<node>.heap.pb.gz (go tool pprof) and DIR/<node>.heap.txt (with the runtime's MemStats)")
 	flag.Parse()
 	if err := o.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "fanoutmem:", err)
@@ -165,6 +165,11 @@ func run(ctx context.Context, o options) (*result, error) {
 	if o.heapDir != "" {
 		for _, n := range nodes {
 			if err := saveHeap(ctx, "http://"+n.pprof+"/debug/pprof/heap", filepath.Join(o.heapDir, n.id+".heap.pb.gz")); err != nil {
+				return nil, err
+			}
+			// The text form ends with the runtime's MemStats: what of the RSS is heap
+			// in use, free heap kept, released, stacks.
+			if err := saveHeap(ctx, "http://"+n.pprof+"/debug/pprof/heap?debug=1", filepath.Join(o.heapDir, n.id+".heap.txt")); err != nil {
 				return nil, err
 			}
 		}
