@@ -8,11 +8,10 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/natstest"
-	"github.com/fanout/fanout/internal/testbin"
 )
 
 func TestLogPatterns(t *testing.T) {
-	// Lines as nats-server v2.9 writes them.
+	// Lines as nats-server writes them (v2.9 and v2.15 alike).
 	client := "[7828] 2026/11/23 03:41:35.350287 [INF] Listening for client connections on 127.0.0.1:46721"
 	route := "[7828] 2026/11/23 03:41:35.351038 [INF] Listening for route connections on 127.0.0.1:37791"
 	if m := clientRe.FindStringSubmatch(client); m == nil || m[1] != "46721" {
@@ -49,9 +48,13 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// A second of a 3-server cluster, paced and saturated.
+// A second of a 3-server cluster of the pinned nats-server (as make bench-compare
+// runs it), paced and saturated.
 func TestRunCluster(t *testing.T) {
-	bin := testbin.Find(t, "nats-server", "Debian's nats-server package")
+	bin, err := natstest.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := options{spawn: 3, natsServer: bin, subject: "bench", duration: time.Second, warmup: 200 * time.Millisecond,
 		drainTimeout: 5 * time.Second, readyTimeout: 15 * time.Second, batch: 10, payload: 100}
 	for _, tc := range []struct {
