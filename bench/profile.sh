@@ -16,12 +16,13 @@
 #   bench/profile.sh [bench args...]     e.g. bench/profile.sh --rate 0 --batch 10
 #   BIN (built from HEAD into /tmp/profile-sidecar), SERVE_FLAGS, DURATION (12s),
 #   PROFILE_AT (3), PROFILE_SECONDS (6), TRACE_SECONDS (unset: no trace),
-#   OUT (/tmp/fanout-profiles)
+#   OUT (/tmp/fanout-profiles), NODES (3: node 0 the origin, every other one a receiver)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-/tmp/profile-sidecar}
 DURATION=${DURATION:-12s} PROFILE_AT=${PROFILE_AT:-3} PROFILE_SECONDS=${PROFILE_SECONDS:-6}
 OUT=${OUT:-/tmp/fanout-profiles}
+NODES=${NODES:-3}
 read -ra serve_flags <<<"${SERVE_FLAGS:-}"
 mkdir -p "$OUT"
 [ "$BIN" = /tmp/profile-sidecar ] && go build -o "$BIN" ./cmd/sidecar
@@ -31,16 +32,16 @@ pids=()
 stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
 trap stop EXIT
 apps=() admins=() peers=() profs=()
-for i in 0 1 2; do
+for i in $(seq 0 $((NODES - 1))); do
   apps+=("127.0.0.1:$(free_port)") admins+=("127.0.0.1:$(free_port)") peers+=("127.0.0.1:$(free_port)") profs+=("127.0.0.1:$(free_port)")
 done
 all=$(IFS=,; echo "${peers[*]}")
-for i in 0 1 2; do
+for i in $(seq 0 $((NODES - 1))); do
   "$BIN" serve --node-id "prof-$i" --app-addr "${apps[$i]}" --peer-addr "${peers[$i]}" --admin-addr "${admins[$i]}" \
     --pprof-addr "${profs[$i]}" --peers "$all" --log-level warn "${serve_flags[@]}" 2>/dev/null &
   pids+=($!)
 done
-for i in 0 1 2; do
+for i in $(seq 0 $((NODES - 1))); do
   for _ in $(seq 100); do curl -sf "http://${admins[$i]}/healthz" >/dev/null && break; sleep 0.1; done
 done
 origin="$OUT/$stamp-origin.pb.gz" recv="$OUT/$stamp-receiver.pb.gz" client="$OUT/$stamp-client.pb.gz"

@@ -52,6 +52,7 @@ var configFlags = map[string]string{
 	"sidecar.Config.PeerAddr":                 "--peer-addr",
 	"sidecar.Config.AdminAddr":                "--admin-addr",
 	"sidecar.Config.PprofAddr":                "--pprof-addr",
+	"sidecar.Config.AnswerHold":               "--answer-hold",
 	"sidecar.Config.AppSocketMode":            "--app-socket-mode",
 	"sidecar.Config.AppTokenFile":             "--app-token-file",
 	"sidecar.Config.PeerTLS":                  "--peer-tls-cert, --peer-tls-key, --peer-tls-ca",

@@ -152,6 +152,7 @@ func TestServeNamesTheFlag(t *testing.T) {
 		{[]string{"--max-batch=0"}, "--max-batch: must be > 0"},
 		{[]string{"--max-batch=20000"}, "--max-batch: must be <= --max-buffer (10000), got 20000"},
 		{[]string{"--workers=0"}, "--workers: must be > 0"},
+		{[]string{"--answer-hold=1s"}, "--answer-hold: is 1s: give 0 (answer every batch at once) up to 100ms"},
 		{[]string{"--max-batching-delay=-1s"}, "--max-batching-delay: must be >= 0"},
 		{[]string{"--batch-idle-flush=-1s"}, "--batch-idle-flush: must be >= 0"},
 		{[]string{"--congestion-retry-delay=-1s"}, "--congestion-retry-delay: must be >= 0"},

@@ -23,7 +23,7 @@ func serveFlagGroups() []flagGroup {
 		{"Identity and listeners", []string{"node-id", "app-addr", "peer-addr", "admin-addr"}},
 		{"Transport: mesh or NATS JetStream", []string{"transport", "nats-url", "nats-creds", "nats-nkey", "nats-tls-ca", "nats-tls-cert", "nats-tls-key", "nats-bucket", "nats-replicas"}},
 		{"Peers: who they are", []string{"peers", "peers-dns", "peers-refresh", "dns-server", "max-peers", "peer-removal-grace"}},
-		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-pending-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl", "replicate-stream"}},
+		{"Batching", []string{"max-buffer", "max-buffer-bytes", "max-pending-bytes", "max-batch", "max-batch-bytes", "max-batching-delay", "batch-idle-flush", "workers", "task-ttl", "replicate-stream", "answer-hold"}},
 		{"Failures: timeouts, pauses and breakers", []string{"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
 			"breaker-failures", "breaker-open", "breaker-probes"}},
 		{"State table and limits", []string{"state-max-keys", "state-max-bytes", "state-max-tombstones", "state-max-tombstone-bytes", "tombstone-ttl", "max-event-bytes", "max-request-bytes"}},

@@ -19,7 +19,7 @@ func meshOnlyFlags() []string {
 		"peer-addr",
 		"peers", "peers-dns", "peers-refresh", "dns-server", "max-peers", "peer-removal-grace",
 		"max-buffer", "max-buffer-bytes", "max-pending-bytes", "max-batch", "max-batch-bytes", "max-batching-delay",
-		"batch-idle-flush", "workers", "replicate-stream",
+		"batch-idle-flush", "workers", "replicate-stream", "answer-hold",
 		"replicate-timeout", "congestion-retry-delay", "network-failure-retry-delay",
 		"breaker-failures", "breaker-open", "breaker-probes",
 		"anti-entropy-interval", "sync-timeout",

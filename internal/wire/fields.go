@@ -16,6 +16,7 @@ const (
 	// fanout.v1.ReplicateStreamRequest
 	ReplicateStreamRequestSeq   protowire.Number = 1 // uint64
 	ReplicateStreamRequestBatch protowire.Number = 2 // ReplicateRequest
+	ReplicateStreamRequestHold  protowire.Number = 3 // uint32 (answer_hold_micros)
 
 	// fanout.v1.SubmitRequest
 	SubmitRequestEvents     protowire.Number = 1 // repeated Event

@@ -35,6 +35,7 @@ var fieldNumbers = []struct {
 
 	{"ReplicateStreamRequestSeq", "fanout.v1.ReplicateStreamRequest.seq", protowire.VarintType, "uint64"},
 	{"ReplicateStreamRequestBatch", "fanout.v1.ReplicateStreamRequest.batch", protowire.BytesType, "fanout.v1.ReplicateRequest"},
+	{"ReplicateStreamRequestHold", "fanout.v1.ReplicateStreamRequest.answer_hold_micros", protowire.VarintType, "uint32"},
 
 	{"SubmitRequestEvents", "fanout.v1.SubmitRequest.events", protowire.BytesType, "repeated fanout.v1.Event"},
 	{"SubmitRequestAck", "fanout.v1.SubmitRequest.ack", protowire.VarintType, "enum"},

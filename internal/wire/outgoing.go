@@ -14,6 +14,9 @@ import "google.golang.org/protobuf/encoding/protowire"
 type Outgoing struct {
 	Raw     []byte
 	Version uint64
+	// Awaited: a Submit waits for the destinations' acknowledgements of this event
+	// (ack QUORUM or ALL), so a transport must not hold back their answers.
+	Awaited bool
 }
 
 // ReplicateItemBytes is what an event of n encoded bytes adds to a ReplicateRequest:

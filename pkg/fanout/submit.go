@@ -311,6 +311,11 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[wire.Outgoing], error) {
 	// again: the table copies it, and the peers are sent these bytes (wire.Outgoing).
 	c.bufs = n.out.copyEvents(c.bufs[:0], c.req.Events, c.req.Heads, next)
 	tasks := make([]batcher.Task[wire.Outgoing], 0, k)
+	// An ack waits on the destinations' answers: the transport must not hold them back.
+	// (A later event of the same key that no ack waits for may supersede one in a
+	// peer's batcher; its answer, which acknowledges both, may then be held up to
+	// --answer-hold.)
+	awaited := needFor(c.req.Ack, n.tr.Destinations()) > 0
 	c.resp.Versions = append(c.resp.Versions[:0], make([]uint64, k)...)
 	c.resp.Results = append(c.resp.Results[:0], make([]wire.EventResult, k)...)
 	var counts [subOutcomes]uint64 // added once per request: the atomics are shared
@@ -342,7 +347,7 @@ func (n *Node) prepare(c *submitCall) ([]batcher.Task[wire.Outgoing], error) {
 			// The task_id aliases buf, which is never written again (and the string
 			// keeps it alive): no copy of the key per task.
 			id := unsafe.String(unsafe.SliceData(key), len(key))
-			tasks = append(tasks, batcher.Task[wire.Outgoing]{ID: id, Value: wire.Outgoing{Raw: buf, Version: v},
+			tasks = append(tasks, batcher.Task[wire.Outgoing]{ID: id, Value: wire.Outgoing{Raw: buf, Version: v, Awaited: awaited},
 				Submitted: now, Expires: n.expiry(h, now)})
 		}
 	}

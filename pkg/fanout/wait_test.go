@@ -78,9 +78,9 @@ type watchedConn struct {
 	calls, closes *tally
 }
 
-func (c watchedConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+func (c watchedConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int, mayHold bool) (*fanoutv1.ReplicateResponse, bool, error) {
 	c.calls.Add()
-	return c.Conn.ReplicateFrame(ctx, f, events)
+	return c.Conn.ReplicateFrame(ctx, f, events, mayHold)
 }
 
 func (c watchedConn) Close() error {

@@ -129,8 +129,8 @@ func (r *replStream) Recv(b []byte) ([]byte, error) {
 // unary Replicate would have ended with (code and message), so that the sender
 // classifies both by the same table. The goodbye (seq 0, ErrShuttingDown) is
 // UNAVAILABLE.
-func (r *replStream) Answer(seq uint64, resp *fanoutv1.ReplicateResponse, err error) error {
-	out := &fanoutv1.ReplicateStreamResponse{Seq: seq}
+func (r *replStream) Answer(seq uint64, resp *fanoutv1.ReplicateResponse, err error, okSeqs []uint64) error {
+	out := &fanoutv1.ReplicateStreamResponse{Seq: seq, OkSeqs: okSeqs}
 	if err != nil {
 		st := status.Convert(toStatus(err))
 		out.Code, out.Message = uint32(st.Code()), st.Message()

@@ -23,7 +23,9 @@ import (
 // or peers.ErrPermanent.
 type Conn interface {
 	// ReplicateFrame sends a ReplicateRequest of events events, already encoded.
-	ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error)
+	// mayHold: no acknowledgement waits for it, so the peer may answer it later with
+	// others; held: it was sent so, and the time to the answer is no round trip.
+	ReplicateFrame(ctx context.Context, f *frame.Frame, events int, mayHold bool) (resp *fanoutv1.ReplicateResponse, held bool, err error)
 	antientropy.Peer
 	Close() error
 }

@@ -188,9 +188,9 @@ type callCounted struct {
 	calls *tally
 }
 
-func (c callCounted) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+func (c callCounted) ReplicateFrame(ctx context.Context, f *frame.Frame, events int, mayHold bool) (*fanoutv1.ReplicateResponse, bool, error) {
 	c.calls.Add()
-	return c.Conn.ReplicateFrame(ctx, f, events)
+	return c.Conn.ReplicateFrame(ctx, f, events, mayHold)
 }
 
 // seriesOf counts the node's collector's series that name peer addr.

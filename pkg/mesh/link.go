@@ -266,12 +266,23 @@ func (l *link) Process(ctx context.Context, batch []batcher.Task[wire.Outgoing])
 	f.B = wire.AppendReplicate(f.B[:0], l.m.id, len(batch), event, submitted)
 	ctx, cancel := context.WithTimeout(ctx, l.m.cfg.ReplicateTimeout)
 	defer cancel()
+	// An answer no ack waits for may come later, with others (peers.Options.AnswerHold).
+	mayHold := true
+	for i := range batch {
+		if batch[i].Value.Awaited {
+			mayHold = false
+			break
+		}
+	}
 	var resp *fanoutv1.ReplicateResponse
 	err := l.br.Do(func() error {
 		start := time.Now()
 		var err error
-		resp, err = l.conn.ReplicateFrame(ctx, f, len(batch))
-		l.rtt.Observe(time.Since(start).Seconds())
+		var held bool
+		resp, held, err = l.conn.ReplicateFrame(ctx, f, len(batch), mayHold)
+		if !held { // a held answer's wait is not a round trip
+			l.rtt.Observe(time.Since(start).Seconds())
+		}
 		return err
 	})
 	if err != nil {

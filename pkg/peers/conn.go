@@ -54,6 +54,15 @@ type Options struct {
 	// Unary sends every batch as its own unary Replicate call instead of on the
 	// connection's ReplicateStream (peer.proto; docs/BENCHMARKS.md compares the two).
 	Unary bool
+	// AnswerHold is how long a peer may hold the answer to a batch the caller says no
+	// acknowledgement waits for (ReplicateFrame's mayHold; peer.proto's
+	// answer_hold_micros) and send it with later ones: one message each way fewer
+	// per batch. 0: every batch is answered at once.
+	AnswerHold time.Duration
+	// MaxHeld bounds the batches in flight whose answers may be held: the next is
+	// sent without a hold and brings the held ones back with its own answer. A link
+	// sets its workers less one, so that a worker is always free to send it.
+	MaxHeld int
 }
 
 // Conn is a client of one peer's PeerService. It is safe for concurrent use. Batches
@@ -68,6 +77,12 @@ type Conn struct {
 	client fanoutv1.PeerServiceClient
 	max    int  // MaxMessageBytes
 	unary  bool // Options.Unary
+	// hold is Options.AnswerHold in microseconds (0: none); maxHeld is Options.MaxHeld.
+	hold    uint32
+	maxHeld int
+	// promptEvery is the package's promptEvery (a test may lengthen it before the
+	// first batch).
+	promptEvery time.Duration
 	// peerMax is the largest message the peer takes, as it last said it (a stream's
 	// header, or a refusal); 0: not known. Kept across streams, so that a new stream
 	// does not send what the peer refused on the last one.
@@ -112,6 +127,7 @@ func Dial(addr string, opts Options) (*Conn, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Conn{addr: addr, cc: cc, client: fanoutv1.NewPeerServiceClient(cc), max: size, unary: opts.Unary,
+		hold: uint32(min(opts.AnswerHold, time.Hour).Microseconds()), maxHeld: opts.MaxHeld, promptEvery: promptEvery,
 		ctx: ctx, cancel: cancel}, nil
 }
 
@@ -126,37 +142,40 @@ func (c *Conn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode the request: %v", ErrPermanent, err)
 	}
-	return c.ReplicateFrame(ctx, &frame.Frame{B: b}, len(req.GetEvents()))
+	resp, _, err := c.ReplicateFrame(ctx, &frame.Frame{B: b}, len(req.GetEvents()), false)
+	return resp, err
 }
 
 // ReplicateFrame sends one batch already encoded as a ReplicateRequest of events events
 // (the origin encodes each event once for all its peers; internal/wire's
-// AppendReplicate). Errors are classified as Replicate's.
-func (c *Conn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
-	resp, err := c.replicate(ctx, f)
+// AppendReplicate). mayHold: no acknowledgement waits for this batch, so the peer may
+// hold its answer (Options.AnswerHold); held reports that it was sent so, and that the
+// time to its answer is not a round trip. Errors are classified as Replicate's.
+func (c *Conn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int, mayHold bool) (resp *fanoutv1.ReplicateResponse, held bool, err error) {
+	resp, held, err = c.replicate(ctx, f, events, mayHold)
 	if err != nil {
-		return nil, Classify(err)
+		return nil, held, Classify(err)
 	}
 	if got := len(resp.GetStatuses()); got != events {
-		return nil, fmt.Errorf("%w: %s answered %d statuses for %d events", ErrPermanent, c.addr, got, events)
+		return nil, held, fmt.Errorf("%w: %s answered %d statuses for %d events", ErrPermanent, c.addr, got, events)
 	}
-	return resp, nil
+	return resp, held, nil
 }
 
 // replicate sends f on the stream, or as a unary call; the error is unclassified.
-func (c *Conn) replicate(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
+func (c *Conn) replicate(ctx context.Context, f *frame.Frame, events int, mayHold bool) (*fanoutv1.ReplicateResponse, bool, error) {
 	if s := c.stream(); s != nil {
-		resp, err := s.do(ctx, f)
+		resp, held, err := s.do(ctx, f, events, mayHold && c.hold > 0)
 		if !errUnimplemented(err) {
-			return resp, err
+			return resp, held, err
 		}
 		c.fallBack() // a peer from before ReplicateStream: this batch goes unary at once
 	}
 	resp := new(fanoutv1.ReplicateResponse)
 	if err := c.cc.Invoke(ctx, fanoutv1.PeerService_Replicate_FullMethodName, f, resp); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return resp, nil
+	return resp, false, nil
 }
 
 // Close ends the stream, waits for its goroutine and releases the connection. It is

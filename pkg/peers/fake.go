@@ -70,16 +70,18 @@ func (c *FakeConn) Replicate(ctx context.Context, req *fanoutv1.ReplicateRequest
 	return resp, nil
 }
 
-// ReplicateFrame decodes the frame and calls the handler, as Replicate does.
-func (c *FakeConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int) (*fanoutv1.ReplicateResponse, error) {
+// ReplicateFrame decodes the frame and calls the handler, as Replicate does. It holds
+// no answer (held is false).
+func (c *FakeConn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int, _ bool) (*fanoutv1.ReplicateResponse, bool, error) {
 	req := new(fanoutv1.ReplicateRequest)
 	if err := proto.Unmarshal(f.B, req); err != nil {
-		return nil, fmt.Errorf("%w: fake %s: %v", ErrPermanent, c.addr, err)
+		return nil, false, fmt.Errorf("%w: fake %s: %v", ErrPermanent, c.addr, err)
 	}
 	if len(req.GetEvents()) != events {
-		return nil, fmt.Errorf("%w: fake %s: frame of %d events, said %d", ErrPermanent, c.addr, len(req.GetEvents()), events)
+		return nil, false, fmt.Errorf("%w: fake %s: frame of %d events, said %d", ErrPermanent, c.addr, len(req.GetEvents()), events)
 	}
-	return c.Replicate(ctx, req)
+	resp, err := c.Replicate(ctx, req)
+	return resp, false, err
 }
 
 // Addr is the fake peer's address.

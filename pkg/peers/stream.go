@@ -32,9 +32,14 @@ const unaryFor = time.Minute
 // waiting for it. The window, how many batches are in flight at once, is the number
 // of callers: a link's batcher workers, one batch each.
 //
+// A batch sent with a hold (answer_hold_micros) is answered later by a seq in some
+// message's ok_seqs: the reader makes it the answer a Replicate call would give, every
+// status OK, with the peer's node id and incarnation as last heard on the stream.
+//
 // Invariants: err is set once and never cleared, and from then on no batch is added
-// to waiters; every waiter gets exactly one answer (its own, or err); cs is written
-// before ready is closed and only read after.
+// to waiters; every waiter gets exactly one answer (its own, or err); held counts
+// the waiters sent with a hold; cs is written before ready is closed and only read
+// after.
 type replStream struct {
 	conn    *Conn
 	ctx     context.Context // the stream's lifetime: canceled by fail and by Conn.Close
@@ -47,11 +52,28 @@ type replStream struct {
 	seq     uint64            // the last seq given out; guarded by mu
 	waiters map[uint64]waiter // batches sent, not yet answered; guarded by mu
 	err     error             // why the stream ended; guarded by mu
+	held    int               // waiters sent with a hold; guarded by mu
+	// prompt is when a batch was last sent to be answered at once; guarded by mu.
+	prompt time.Time
+
+	// The reader goroutine's own: the peer's identity as last answered, and a
+	// read-only run of ITEM_STATUS_OK that held answers share (replaced, never
+	// written, when a longer one is needed).
+	nodeID      string
+	incarnation uint64
+	ok          []fanoutv1.ItemStatus
 }
 
+// promptEvery: a stream sends at least one batch this often without a hold, when it
+// sends any, so that the round-trip histogram keeps its samples and the peer's
+// answers keep naming it.
+const promptEvery = 100 * time.Millisecond
+
 type waiter struct {
-	ch   chan *answer
-	size int // of the message sent: tells the batch the peer refused as too large
+	ch     chan *answer
+	size   int  // of the message sent: tells the batch the peer refused as too large
+	events int  // in the batch: a held answer has one status per event
+	held   bool // sent with a hold: counted in replStream.held
 }
 
 type answer struct {
@@ -104,6 +126,14 @@ func (s *replStream) run() {
 			s.fail(err)
 			return
 		}
+		if r := m.GetResult(); r.GetNodeId() != "" {
+			s.nodeID, s.incarnation = r.GetNodeId(), r.GetIncarnation()
+		}
+		for _, seq := range m.GetOkSeqs() { // held answers, before the rest: they were sent before
+			if w, ok := s.take(seq); ok {
+				w.ch <- &answer{resp: &fanoutv1.ReplicateResponse{NodeId: s.nodeID, Incarnation: s.incarnation, Statuses: s.okStatuses(w.events)}}
+			}
+		}
 		if m.GetSeq() == 0 {
 			if m.GetCode() != 0 { // the receiver is closing the stream
 				s.fail(status.Error(codes.Code(m.GetCode()), m.GetMessage()))
@@ -111,10 +141,7 @@ func (s *replStream) run() {
 			}
 			continue
 		}
-		s.mu.Lock()
-		w, ok := s.waiters[m.GetSeq()]
-		delete(s.waiters, m.GetSeq())
-		s.mu.Unlock()
+		w, ok := s.take(m.GetSeq())
 		ch := w.ch
 		if !ok {
 			continue // not a seq sent on this stream: ignored
@@ -127,6 +154,32 @@ func (s *replStream) run() {
 	}
 }
 
+// take removes the batch of seq from the waiters: false if there is none (not a seq
+// sent on this stream, or answered already).
+func (s *replStream) take(seq uint64) (waiter, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.waiters[seq]
+	if ok {
+		delete(s.waiters, seq)
+		if w.held {
+			s.held--
+		}
+	}
+	return w, ok
+}
+
+// okStatuses is n times ITEM_STATUS_OK, shared read-only (the reader's goroutine).
+func (s *replStream) okStatuses(n int) []fanoutv1.ItemStatus {
+	if len(s.ok) < n {
+		s.ok = make([]fanoutv1.ItemStatus, max(n, 2*len(s.ok), 64))
+		for i := range s.ok {
+			s.ok[i] = fanoutv1.ItemStatus_ITEM_STATUS_OK
+		}
+	}
+	return s.ok[:n:n]
+}
+
 // fail ends the stream with err (the first error wins) and answers every batch in
 // flight with it.
 func (s *replStream) fail(err error) {
@@ -136,7 +189,7 @@ func (s *replStream) fail(err error) {
 	}
 	err = s.err
 	waiters := s.waiters
-	s.waiters = nil
+	s.waiters, s.held = nil, 0
 	s.mu.Unlock()
 	s.cancel()
 	// The peer refused one message as too large, which ends the whole stream: that
@@ -162,54 +215,70 @@ func (s *replStream) broken() bool {
 	return s.err != nil
 }
 
-// do sends one batch and waits for its answer. A batch whose ctx ends first ends the
-// stream (its other batches are answered with the same error): the next batch opens
-// a fresh stream, as the next unary call would start afresh. The error is a status
-// error or a context error, unclassified.
-func (s *replStream) do(ctx context.Context, f *frame.Frame) (*fanoutv1.ReplicateResponse, error) {
+// do sends one batch of events events and waits for its answer. A batch whose ctx
+// ends first ends the stream (its other batches are answered with the same error):
+// the next batch opens a fresh stream, as the next unary call would start afresh. The
+// error is a status error or a context error, unclassified. mayHold: the batch goes
+// with a hold unless MaxHeld held batches are in flight already or none went without
+// one for promptEvery; held says whether it did.
+func (s *replStream) do(ctx context.Context, f *frame.Frame, events int, mayHold bool) (*fanoutv1.ReplicateResponse, bool, error) {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
 		s.fail(ctx.Err()) // an open that outlasts a batch's deadline: start over
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
+	}
+	var now time.Time
+	if mayHold {
+		now = time.Now()
 	}
 	ch := make(chan *answer, 1)
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
 		s.mu.Unlock()
-		return nil, err
+		return nil, false, err
 	}
 	s.seq++
 	seq := s.seq
-	size := wire.ReplicateStreamHeadSize(seq, len(f.B)) + len(f.B)
+	var hold uint32
+	if mayHold && s.held < s.conn.maxHeld && now.Sub(s.prompt) < s.conn.promptEvery {
+		hold = s.conn.hold
+	} else if mayHold {
+		s.prompt = now
+	}
+	size := wire.ReplicateStreamHeadSize(seq, len(f.B)) + len(f.B) + wire.ReplicateStreamHoldSize(hold)
 	if limit := s.conn.sendLimit(); int64(size) > limit {
 		s.mu.Unlock()
 		// As gRPC says it when it refuses to send a message: ErrTooLarge (Classify).
-		return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", size, limit)
+		return nil, false, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", size, limit)
 	}
-	s.waiters[seq] = waiter{ch: ch, size: size}
+	held := hold != 0
+	if held {
+		s.held++
+	}
+	s.waiters[seq] = waiter{ch: ch, size: size, events: events, held: held}
 	s.mu.Unlock()
 
 	select {
 	case s.sendSem <- struct{}{}:
 	case a := <-ch: // the stream ended while this batch waited to be sent
-		return a.resp, a.err
+		return a.resp, held, a.err
 	case <-ctx.Done():
 		s.fail(ctx.Err())
-		return nil, ctx.Err()
+		return nil, held, ctx.Err()
 	}
-	err := s.cs.SendMsg(&streamFrame{seq: seq, batch: f.B})
+	err := s.cs.SendMsg(&streamFrame{seq: seq, hold: hold, batch: f.B})
 	<-s.sendSem
 	if err != nil && !errors.Is(err, io.EOF) {
 		s.fail(err) // gRPC ended the stream for an error of this send
 	} // io.EOF: the stream has ended; the reader gets its status and answers
 	select {
 	case a := <-ch:
-		return a.resp, a.err
+		return a.resp, held, a.err
 	case <-ctx.Done():
 		s.fail(ctx.Err())
-		return nil, ctx.Err()
+		return nil, held, ctx.Err()
 	}
 }
 
@@ -217,19 +286,22 @@ func (s *replStream) do(ctx context.Context, f *frame.Frame) (*fanoutv1.Replicat
 // the codec (a frame.Appender) writes the head and the batch into one pooled buffer.
 type streamFrame struct {
 	seq   uint64
+	hold  uint32 // answer_hold_micros; 0: none
 	batch []byte
 }
 
 var _ frame.Appender = (*streamFrame)(nil)
 
-// EncodedSize is the size of the request: its head, then the batch's bytes.
+// EncodedSize is the size of the request: its head, the batch's bytes, the hold.
 func (f *streamFrame) EncodedSize() int {
-	return wire.ReplicateStreamHeadSize(f.seq, len(f.batch)) + len(f.batch)
+	return wire.ReplicateStreamHeadSize(f.seq, len(f.batch)) + len(f.batch) + wire.ReplicateStreamHoldSize(f.hold)
 }
 
-// AppendEncoded appends the request's head, then the batch's bytes as they are.
+// AppendEncoded appends the request's head, then the batch's bytes as they are, then
+// the hold.
 func (f *streamFrame) AppendEncoded(b []byte) []byte {
-	return append(wire.AppendReplicateStreamHead(b, f.seq, len(f.batch)), f.batch...)
+	b = append(wire.AppendReplicateStreamHead(b, f.seq, len(f.batch)), f.batch...)
+	return wire.AppendReplicateStreamHold(b, f.hold)
 }
 
 // stream returns the stream to send on, opening one if there is none or the last one

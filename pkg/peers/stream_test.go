@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // streamPeer serves ReplicateStream: each batch is answered by answer, on a goroutine
@@ -442,5 +443,123 @@ func TestStreamRefusedBySize(t *testing.T) {
 	}
 	if got := p.batches.Load(); got != received+1 {
 		t.Errorf("%d batches reached the peer after the refusal, want 1 (the big one refused before sending)", got-received)
+	}
+}
+
+// holdingPeer serves ReplicateStream as a receiver that holds answers: a batch sent
+// with a hold is answered only in the ok_seqs of the next batch sent without one.
+// Each request's hold is recorded, and held is signalled per held batch.
+type holdingPeer struct {
+	fanoutv1.UnimplementedPeerServiceServer
+	mu    sync.Mutex
+	holds map[string]uint32 // by the batch's origin: its answer_hold_micros
+	held  chan string       // the origin of each batch held
+}
+
+func (p *holdingPeer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStreamServer) error {
+	var held []uint64
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		p.mu.Lock()
+		p.holds[req.Batch.OriginNode] = req.AnswerHoldMicros
+		p.mu.Unlock()
+		if req.AnswerHoldMicros > 0 {
+			held = append(held, req.Seq)
+			p.held <- req.Batch.OriginNode
+			continue
+		}
+		resp, _ := okAnswer(req.Batch)
+		resp.NodeId, resp.Incarnation = "peer", 7
+		if err := stream.Send(&fanoutv1.ReplicateStreamResponse{Seq: req.Seq, Result: resp, OkSeqs: held}); err != nil {
+			return err
+		}
+		held = nil
+	}
+}
+
+// TestStreamHeldAnswers: with AnswerHold, a batch that may be held is sent with the
+// hold unless MaxHeld held batches are in flight (then without, and its answer brings
+// theirs) or none went without one lately (the first on a stream goes without); a held
+// batch's answer, from ok_seqs, is every status OK from the peer as it last named
+// itself; a batch that may not be held, or a Conn without AnswerHold, never is.
+func TestStreamHeldAnswers(t *testing.T) {
+	p := &holdingPeer{holds: make(map[string]uint32), held: make(chan string, 8)}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(frame.ServerOptions()...)
+	fanoutv1.RegisterPeerServiceServer(srv, p)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	c := dialT(t, lis.Addr().String(), Options{AnswerHold: 50 * time.Millisecond, MaxHeld: 2})
+	c.promptEvery = time.Hour // no batch goes without a hold for lack of one lately
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	type result struct {
+		origin string
+		resp   *fanoutv1.ReplicateResponse
+		held   bool
+		err    error
+	}
+	send := func(origin string, events int, mayHold bool) result {
+		b, err := proto.Marshal(batch(origin, events, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, held, err := c.ReplicateFrame(ctx, &frame.Frame{B: b}, events, mayHold)
+		return result{origin, resp, held, err}
+	}
+	check := func(r result, wantHeld bool, events int) {
+		t.Helper()
+		if r.err != nil || r.held != wantHeld {
+			t.Fatalf("%s: held %v, %v; want held %v", r.origin, r.held, r.err, wantHeld)
+		}
+		if len(r.resp.Statuses) != events || r.resp.NodeId != "peer" || r.resp.Incarnation != 7 {
+			t.Fatalf("%s: answer %v, want %d statuses from peer 7", r.origin, r.resp, events)
+		}
+		for _, s := range r.resp.Statuses {
+			if s != fanoutv1.ItemStatus_ITEM_STATUS_OK {
+				t.Fatalf("%s: answer %v, want every status OK", r.origin, r.resp)
+			}
+		}
+	}
+	check(send("a", 1, true), false, 1) // the first on the stream: at once
+
+	results := make(chan result, 2)
+	go func() { results <- send("b", 3, true) }()
+	go func() { results <- send("c", 2, true) }()
+	for range 2 {
+		select {
+		case <-p.held:
+		case <-ctx.Done():
+			t.Fatal("b and c were not held")
+		}
+	}
+	check(send("d", 1, true), false, 1) // two held already: this one brings them
+	for range 2 {
+		r := <-results
+		check(r, true, map[string]int{"b": 3, "c": 2}[r.origin])
+	}
+	check(send("e", 2, false), false, 2)
+	p.mu.Lock()
+	for origin, want := range map[string]uint32{"a": 0, "b": 50000, "c": 50000, "d": 0, "e": 0} {
+		if got := p.holds[origin]; got != want {
+			t.Errorf("%s sent with answer_hold_micros %d, want %d", origin, got, want)
+		}
+	}
+	p.mu.Unlock()
+
+	none := dialT(t, lis.Addr().String(), Options{MaxHeld: 2}) // no AnswerHold
+	none.promptEvery = time.Hour
+	b, _ := proto.Marshal(batch("f", 1, 1))
+	for range 3 {
+		if _, held, err := none.ReplicateFrame(ctx, &frame.Frame{B: b}, 1, true); err != nil || held {
+			t.Fatalf("without AnswerHold: held %v, %v", held, err)
+		}
 	}
 }

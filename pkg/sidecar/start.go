@@ -262,7 +262,10 @@ func (s *Sidecar) dialer(cliMetrics *grpcmetrics.Metrics) func(addr string) (mes
 			MaxMessageBytes: peerMsg,
 			DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(cliMetrics.UnaryClientInterceptor()),
 				grpc.WithStreamInterceptor(cliMetrics.StreamClientInterceptor())},
-			Unary: !s.cfg.ReplicateStream,
+			Unary:      !s.cfg.ReplicateStream,
+			AnswerHold: s.cfg.AnswerHold,
+			// A worker is always left to send a batch that brings the held answers back.
+			MaxHeld: s.cfg.Mesh.Batcher.Workers - 1,
 		}
 		if s.peerTLS != nil {
 			opts.Creds = s.peerTLS.ClientCredentials()

@@ -725,9 +725,17 @@ type ReplicateStreamRequest struct {
 	// seq names the batch on this stream, from 1, increasing; its answer carries it.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// batch is what a Replicate call would send.
-	Batch         *ReplicateRequest `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Batch *ReplicateRequest `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	// answer_hold_micros (API v1.3): no acknowledgement waits for this batch's answer,
+	// so the receiver may hold it up to this many microseconds (it caps the hold at
+	// 100 ms) and send it with later ones. A batch that fails, or that has an event
+	// not stored as OK, is answered at once anyway. A request without it (0) is
+	// answered at once, together with every answer held before it on the stream:
+	// requests are answered in order, so a sender that needs an answer soon sends
+	// one batch without the field and gets the held ones with it. 0: answer at once.
+	AnswerHoldMicros uint32 `protobuf:"varint,3,opt,name=answer_hold_micros,json=answerHoldMicros,proto3" json:"answer_hold_micros,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReplicateStreamRequest) Reset() {
@@ -774,6 +782,13 @@ func (x *ReplicateStreamRequest) GetBatch() *ReplicateRequest {
 	return nil
 }
 
+func (x *ReplicateStreamRequest) GetAnswerHoldMicros() uint32 {
+	if x != nil {
+		return x.AnswerHoldMicros
+	}
+	return 0
+}
+
 // ReplicateStreamResponse answers one batch on a ReplicateStream.
 type ReplicateStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -784,8 +799,15 @@ type ReplicateStreamResponse struct {
 	// code is the gRPC status code the Replicate call would have ended with
 	// (google.rpc.Code: 0 OK, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE, ...) and message
 	// its message: the sender classifies a failed batch as it would a failed call.
-	Code          uint32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Code    uint32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// ok_seqs (API v1.3) answers batches sent with answer_hold_micros that the
+	// receiver held: each was stored with every event OK, the answer a Replicate
+	// call would give with result's node_id and incarnation and one
+	// ITEM_STATUS_OK per event. They come on the answer of a batch sent without a
+	// hold (seq, result), or on a message of their own: seq 0, code 0, result with
+	// node_id and incarnation only.
+	OkSeqs        []uint64 `protobuf:"varint,5,rep,packed,name=ok_seqs,json=okSeqs,proto3" json:"ok_seqs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -848,6 +870,13 @@ func (x *ReplicateStreamResponse) GetMessage() string {
 	return ""
 }
 
+func (x *ReplicateStreamResponse) GetOkSeqs() []uint64 {
+	if x != nil {
+		return x.OkSeqs
+	}
+	return nil
+}
+
 var File_fanout_v1_peer_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_peer_proto_rawDesc = "" +
@@ -893,15 +922,17 @@ const file_fanout_v1_peer_proto_rawDesc = "" +
 	"\x11ReplicateResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x121\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x15.fanout.v1.ItemStatusR\bstatuses\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x06R\vincarnation\"]\n" +
+	"\vincarnation\x18\x03 \x01(\x06R\vincarnation\"\x8b\x01\n" +
 	"\x16ReplicateStreamRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
-	"\x05batch\x18\x02 \x01(\v2\x1b.fanout.v1.ReplicateRequestR\x05batch\"\x8f\x01\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1b.fanout.v1.ReplicateRequestR\x05batch\x12,\n" +
+	"\x12answer_hold_micros\x18\x03 \x01(\rR\x10answerHoldMicros\"\xa8\x01\n" +
 	"\x17ReplicateStreamResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
 	"\x06result\x18\x02 \x01(\v2\x1c.fanout.v1.ReplicateResponseR\x06result\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*\x83\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x17\n" +
+	"\aok_seqs\x18\x05 \x03(\x04R\x06okSeqs*\x83\x01\n" +
 	"\n" +
 	"ItemStatus\x12\x1b\n" +
 	"\x17ITEM_STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +

@@ -40,6 +40,10 @@ const (
 //   - v1.1: ReplicateStream, the batches of a connection on one stream. A v1.1 sender
 //     falls back to Replicate for a peer that answers it UNIMPLEMENTED; a v1 sender's
 //     Replicate calls are served as before.
+//   - v1.3: held answers on ReplicateStream (answer_hold_micros, ok_seqs): a batch
+//     no acknowledgement waits for may be answered later, with others, in one
+//     message. A v1.1 receiver ignores the field and answers each batch at once; a
+//     v1.1 sender never sets it and never gets ok_seqs.
 type PeerServiceClient interface {
 	// Replicate delivers one batch from a peer's worker. Events that arrive here
 	// are never sent on (one hop). Kept for peers that do not serve ReplicateStream
@@ -152,6 +156,10 @@ func (c *peerServiceClient) Push(ctx context.Context, in *PushRequest, opts ...g
 //   - v1.1: ReplicateStream, the batches of a connection on one stream. A v1.1 sender
 //     falls back to Replicate for a peer that answers it UNIMPLEMENTED; a v1 sender's
 //     Replicate calls are served as before.
+//   - v1.3: held answers on ReplicateStream (answer_hold_micros, ok_seqs): a batch
+//     no acknowledgement waits for may be answered later, with others, in one
+//     message. A v1.1 receiver ignores the field and answers each batch at once; a
+//     v1.1 sender never sets it and never gets ok_seqs.
 type PeerServiceServer interface {
 	// Replicate delivers one batch from a peer's worker. Events that arrive here
 	// are never sent on (one hop). Kept for peers that do not serve ReplicateStream
