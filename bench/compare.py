@@ -30,10 +30,15 @@ def make_row(r, run, seq, workload, system, load, busy0, busy1, own0, own1, t0, 
     wall = t1 - t0
     own = own1 - own0
     others = max(0.0, (busy1 - busy0) - own)
-    row = {"run": run, "seq": seq, "workload": workload, "system": system, "ok": r is not None,
+    # A bench stopped by MEASURE_TIMEOUT prints what it had, marked interrupted: not ok.
+    row = {"run": run, "seq": seq, "workload": workload, "system": system,
+           "ok": r is not None and not r.get("interrupted"),
            "load_start": load, "wall_s": round(wall, 2), "machine_busy_s": round(busy1 - busy0, 2),
            "own_cpu_s": round(own, 2), "others_cpu_s": round(others, 2),
            "others_cores": round(others / wall, 2) if wall > 0 else None}
+    if r is not None and r.get("interrupted"):
+        row.update({"raw": r, "interrupted": True})
+        return row
     if r is None:
         row["raw"] = None
         if skipped:
@@ -137,7 +142,7 @@ def summary(rows, out=sys.stdout):
           f"{us(r['p50_us'])} | {us(r['p99_us'])} | {us(r['p999_us'])} | {us(r.get('due_p99_us'))}{behind(r)} | {lost} | "
           f"{num(r.get('cpu_us_per_delivered'), '{:.2f}')} | {rss} | {num(r.get('others_cores'), '{:.2f}')} | {r['load_start']:.2f} |")
     for r in failed:
-        what = "SKIPPED (budget)" if r.get("skipped") else "FAILED"
+        what = "SKIPPED (budget)" if r.get("skipped") else "INTERRUPTED (MEASURE_TIMEOUT)" if r.get("interrupted") else "FAILED"
         p(f"| {r['run']} | {r['workload']} | {r['system']} | {what} | | | | | | | | | | {r['load_start']:.2f} |")
 
     workloads = list(dict.fromkeys(r["workload"] for r in timed))

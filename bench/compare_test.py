@@ -69,6 +69,13 @@ class Row(unittest.TestCase):
         self.assertEqual(r["bytes_per_key_stream_server"], 700.0)
         self.assertEqual(r["settled_rss_mib_per_node"][1], round((30 + 700 * 500000 / 2 ** 20), 1))
 
+    def test_interrupted(self):
+        r = timed(1000, 1.0, 10)
+        r["interrupted"] = True
+        row = c.make_row(r, 1, 1, "saturated/b1", "fanout", 0.3, 0, 1, 0, 1, 0, 1)
+        self.assertFalse(row["ok"])
+        self.assertTrue(row["interrupted"])
+
     def test_failed(self):
         r = rows()[-2]
         self.assertFalse(r["ok"])
