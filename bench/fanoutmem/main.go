@@ -14,8 +14,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -232,21 +230,13 @@ func put(ctx context.Context, nodes []*node, o options) (int64, error) {
 	return n, putErr
 }
 
+// saveHeap writes what url answers (a heap profile) to path.
 func saveHeap(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	if err := loadkit.Fetch(ctx, url, f); err != nil {
 		f.Close()
 		return err
 	}

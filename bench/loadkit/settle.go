@@ -41,7 +41,7 @@ func Settle(ctx context.Context, pids []int, gcURLs []string, max time.Duration)
 		return Settled{}, fmt.Errorf("loadkit: Settle: %d pids, %d GC URLs", len(pids), len(gcURLs))
 	}
 	for i, u := range gcURLs {
-		if err := get(ctx, u); err != nil {
+		if err := Fetch(ctx, u, io.Discard); err != nil {
 			return Settled{}, fmt.Errorf("loadkit: forced GC of process %d: %w", pids[i], err)
 		}
 	}
@@ -89,7 +89,8 @@ func falling(then, now []int64) bool {
 	return false
 }
 
-func get(ctx context.Context, url string) error {
+// Fetch GETs url into w (an http.StatusOK answer, else an error), bounded by 30 s.
+func Fetch(ctx context.Context, url string, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -101,11 +102,11 @@ func get(ctx context.Context, url string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck // only the status matters
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return nil
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // NodeMemory is one process's resident set before the keys and after, both settled.

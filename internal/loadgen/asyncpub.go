@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fanout/fanout/bench/loadkit"
 	"github.com/fanout/fanout/pkg/client"
 )
 
@@ -56,11 +55,8 @@ func (p *publisher) runPublisher(ctx context.Context) error {
 
 // sendPuts is the send loop of --client publisher.
 func (p *publisher) sendPuts(ctx context.Context, pub *client.Publisher, results chan<- asyncPut) error {
-	pacer := loadkit.NewPacer(p.clock.since, publisherRate(p.cfg.Rate, p.cfg.Publishers), p.cfg.Batch, p.win.start, p.win.end)
-	defer pacer.Stop()
-	defer func() { p.lag = pacer.Lag() }()
-	wctx, cancel := context.WithTimeout(ctx, p.win.end-p.clock.since())
-	defer cancel()
+	pacer, wctx, done := p.pace(ctx)
+	defer done()
 	var seq int64
 	for {
 		due, ok, err := pacer.Next(ctx)
