@@ -74,7 +74,7 @@ MEM_KEYS=${MEM_KEYS:-500000}   # memory: live keys
 SETTLE_MAX=${SETTLE_MAX:-20s}  # memory: the longest wait for the resident sets to settle
 EXTRAS=${EXTRAS:-0}
 KEYS=${KEYS:-1000}             # EXTRAS: task_ids of the hot-key rows
-QUIET_BUDGET=${QUIET_BUDGET:-180} # seconds of waiting for a quiet machine, over all runs
+QUIET_BUDGET=${QUIET_BUDGET:-180} # seconds of waiting for a quiet machine, over all runs (QUIET_WAIT: at most per run)
 MEASURE_TIMEOUT=${MEASURE_TIMEOUT:-240} # seconds: a measurement still running is stopped
 BUDGET=${BUDGET:-1740}         # seconds of wall time: measurements due later are skipped (rows ok=false, skipped)
 OUT=${OUT:-bench/results}
@@ -227,11 +227,12 @@ both() {
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(go version | cut -d' ' -f3), $(bin/nats-server --version)" | tee -a "$log" >&2
 echo "results: $results (stderr of the benches: $log)" >&2
 quiet_left=$QUIET_BUDGET
+run_wait=${QUIET_WAIT:-$QUIET_BUDGET} # one run's wait, if QUIET_WAIT is given
 for run in $(seq "$RUNS"); do
   # The quiet waits share one budget, so that a busy machine cannot stretch the bench
   # past RUNS x (a run) + QUIET_BUDGET.
   w0=$(date +%s)
-  QUIET_WAIT=$quiet_left wait_quiet
+  QUIET_WAIT=$((quiet_left < run_wait ? quiet_left : run_wait)) wait_quiet
   quiet_left=$((quiet_left - ($(date +%s) - w0)))
   if [ "$quiet_left" -lt 0 ]; then quiet_left=0; fi
   if [ $((run % 2)) = 1 ]; then one_run fanout; else one_run nats; fi
