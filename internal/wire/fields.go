@@ -24,6 +24,7 @@ const (
 	SubmitRequestAckTimeout protowire.Number = 3 // google.protobuf.Duration
 	SubmitRequestRequestID  protowire.Number = 4 // uint64
 	SubmitRequestWindow     protowire.Number = 5 // bool (window_answers)
+	SubmitRequestHold       protowire.Number = 6 // uint32 (answer_hold_micros)
 
 	// fanout.v1.SubmitResponse
 	SubmitResponseRequestID  protowire.Number = 1 // uint64

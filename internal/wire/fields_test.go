@@ -42,6 +42,7 @@ var fieldNumbers = []struct {
 	{"SubmitRequestAckTimeout", "fanout.v1.SubmitRequest.ack_timeout", protowire.BytesType, "google.protobuf.Duration"},
 	{"SubmitRequestRequestID", "fanout.v1.SubmitRequest.request_id", protowire.VarintType, "uint64"},
 	{"SubmitRequestWindow", "fanout.v1.SubmitRequest.window_answers", protowire.VarintType, "bool"},
+	{"SubmitRequestHold", "fanout.v1.SubmitRequest.answer_hold_micros", protowire.VarintType, "uint32"},
 
 	{"SubmitResponseRequestID", "fanout.v1.SubmitResponse.request_id", protowire.VarintType, "uint64"},
 	{"SubmitResponseVersions", "fanout.v1.SubmitResponse.versions", protowire.BytesType, "packed uint64"},

@@ -17,6 +17,8 @@ type Submit struct {
 	RequestID                          uint64
 	// Window is window_answers (a bool: any nonzero varint is true).
 	Window bool
+	// HoldMicros is answer_hold_micros (a uint32: the varint's low 32 bits).
+	HoldMicros uint32
 }
 
 // ParseSubmit reads a SubmitRequest into s, appending to its Events, with protobuf's
@@ -45,7 +47,7 @@ func ParseSubmit(b []byte, s *Submit) error {
 				return ErrMalformed
 			}
 			s.AckTimeout, b = true, b[n:]
-		case (num == SubmitRequestAck || num == SubmitRequestRequestID || num == SubmitRequestWindow) && typ == protowire.VarintType:
+		case (num == SubmitRequestAck || num == SubmitRequestRequestID || num == SubmitRequestWindow || num == SubmitRequestHold) && typ == protowire.VarintType:
 			x, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return ErrMalformed
@@ -55,6 +57,8 @@ func ParseSubmit(b []byte, s *Submit) error {
 				s.Ack = x
 			case SubmitRequestRequestID:
 				s.RequestID = x
+			case SubmitRequestHold:
+				s.HoldMicros = uint32(x)
 			default:
 				s.Window = x != 0
 			}

@@ -69,7 +69,7 @@ func TestAppendEventVersion(t *testing.T) {
 // accepts and protobuf refuses has an event protobuf refuses (an event's bytes are
 // read later, by ReadEvent).
 func FuzzParseSubmit(f *testing.F) {
-	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 7, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, WindowAnswers: true,
+	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 7, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, WindowAnswers: true, AnswerHoldMicros: 2000,
 		AckTimeout: durationpb.New(1500e6), Events: []*fanoutv1.Event{{TaskId: "k", Version: 1}, {TaskId: "j"}}})
 	f.Add(seed)
 	f.Add(append(append([]byte{}, seed...), seed...)) // merged: four events, ack_timeout merged
@@ -94,7 +94,7 @@ func FuzzParseSubmit(f *testing.F) {
 			}
 			t.Fatalf("ParseSubmit read %+v; proto.Unmarshal: %v", s, werr)
 		}
-		if int32(s.Ack) != int32(want.Ack) || s.RequestID != want.RequestId || s.Window != want.WindowAnswers || s.AckTimeout != (want.AckTimeout != nil) ||
+		if int32(s.Ack) != int32(want.Ack) || s.RequestID != want.RequestId || s.Window != want.WindowAnswers || s.HoldMicros != want.AnswerHoldMicros || s.AckTimeout != (want.AckTimeout != nil) ||
 			int64(s.AckTimeoutSeconds) != want.GetAckTimeout().GetSeconds() || int32(s.AckTimeoutNanos) != want.GetAckTimeout().GetNanos() ||
 			len(s.Events) != len(want.Events) {
 			t.Fatalf("read %+v; proto: %v", s, &want)

@@ -26,6 +26,10 @@ const (
 	DefaultMaxBatchBytes = 4 << 20
 	// DefaultMaxEventBytes is the sidecar's default --max-event-bytes (a payload).
 	DefaultMaxEventBytes = 1 << 20
+	// DefaultAnswerHold is PublisherConfig.AnswerHold's default: at a thousand Puts a
+	// second, two per answer; a Pending resolves at most 2 ms late.
+	DefaultAnswerHold = 2 * time.Millisecond
+	maxAnswerHold     = 100 * time.Millisecond
 )
 
 // PublisherConfig configures a Publisher. Zero fields take their defaults.
@@ -46,6 +50,14 @@ type PublisherConfig struct {
 	// MaxInFlight bounds the requests sent and not yet answered (default 8). While
 	// they are in flight the next Puts gather into the next batch.
 	MaxInFlight int
+	// AnswerHold lets the sidecar hold a request's answer up to this long and send it
+	// with later ones (answer_hold_micros, API v1.3): a trickle of Puts then costs one
+	// answer per run of requests instead of one each, and each Pending resolves up to
+	// this much later. Never on the request that fills MaxInFlight, whose answer
+	// brings the held ones back at once. Default 2ms; negative: off (answers are then
+	// held only while more Puts are queued, window_answers). At most 100ms. Ignored
+	// for requests that wait for acks (ONE, QUORUM, ALL), which are answered alone.
+	AnswerHold time.Duration
 	// Ack and AckTimeout apply to every request (per-Put WithAck and WithAckTimeout
 	// are ignored: a batch has one policy). Default Queued, the sidecar's timeout.
 	Ack        AckPolicy
@@ -161,6 +173,9 @@ func NewPublisher(c *Client, cfg PublisherConfig) (*Publisher, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 8
 	}
+	if cfg.AnswerHold == 0 {
+		cfg.AnswerHold = DefaultAnswerHold
+	}
 	switch {
 	case cfg.MaxEventBytes < 0:
 		return nil, fmt.Errorf("client: PublisherConfig.MaxEventBytes %d: negative", cfg.MaxEventBytes)
@@ -172,6 +187,8 @@ func NewPublisher(c *Client, cfg PublisherConfig) (*Publisher, error) {
 		return nil, fmt.Errorf("client: PublisherConfig.MaxBytes %d: below MaxBatchBytes %d; raise it", cfg.MaxBytes, cfg.MaxBatchBytes)
 	case cfg.MaxInFlight < 0:
 		return nil, fmt.Errorf("client: PublisherConfig.MaxInFlight %d: negative", cfg.MaxInFlight)
+	case cfg.AnswerHold > maxAnswerHold:
+		return nil, fmt.Errorf("client: PublisherConfig.AnswerHold %s: at most %s (the sidecar holds no answer longer); negative turns it off", cfg.AnswerHold, maxAnswerHold)
 	case cfg.AckTimeout < 0:
 		return nil, fmt.Errorf("client: PublisherConfig.AckTimeout %s: negative", cfg.AckTimeout)
 	}
@@ -335,6 +352,11 @@ func (p *Publisher) sendOne() bool {
 		// on the last request there is: the sidecar would hold its answer until
 		// another request came.
 		req.WindowAnswers = len(p.queue) > 0 && p.flight < p.cfg.MaxInFlight
+		// With a hold, the sidecar sends what it holds by itself after it: any request
+		// but the one that fills MaxInFlight may be held (that one brings the others).
+		if p.cfg.AnswerHold > 0 && p.flight < p.cfg.MaxInFlight {
+			req.AnswerHoldMicros = uint32(p.cfg.AnswerHold.Microseconds())
+		}
 		p.mu.Unlock()
 		// An error means the stream broke: its receiver's Recv fails too, and fails
 		// what was in flight on it, this batch included.

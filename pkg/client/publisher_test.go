@@ -338,3 +338,46 @@ func TestPublisherWindows(t *testing.T) {
 		t.Errorf("stats %+v: want %d requests of one event, and fewer answers (windows)", st, writers*each)
 	}
 }
+
+// TestPublisherAnswerHold: Puts that trickle in, each sent alone before the next is
+// made, share answers (answer_hold_micros, API v1.3): the sidecar holds each and sends
+// them together; every Pending still resolves with its own result. With AnswerHold
+// negative, each request is answered alone.
+func TestPublisherAnswerHold(t *testing.T) {
+	n := startNodes(t, 1)[0]
+	c := dial(t, n.app)
+	ctx := within(t, time.Minute)
+	for _, hold := range []time.Duration{100 * time.Millisecond, -1} {
+		p, err := client.NewPublisher(c, client.PublisherConfig{AnswerHold: hold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending []*client.Pending
+		for i := range 4 {
+			f, err := p.Put(ctx, fmt.Sprintf("hold/%v/k%d", hold, i), []byte("v"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending = append(pending, f)
+			for p.Stats().Requests < uint64(i+1) { // sent before the next Put
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		for i, f := range pending {
+			if r, err := f.Wait(ctx); err != nil || r.Outcome != client.Accepted {
+				t.Fatalf("hold %v, put %d: %+v, %v", hold, i, r, err)
+			}
+		}
+		st := p.Stats()
+		if hold > 0 && (st.Requests != 4 || st.Answers >= st.Requests) {
+			t.Errorf("hold %v: stats %+v: want 4 requests and fewer answers", hold, st)
+		}
+		if hold < 0 && (st.Requests != 4 || st.Answers != 4) {
+			t.Errorf("no hold: stats %+v: want 4 requests, 4 answers", st)
+		}
+		p.Close()
+	}
+	if _, err := client.NewPublisher(c, client.PublisherConfig{AnswerHold: time.Second}); err == nil || !strings.Contains(err.Error(), "AnswerHold") {
+		t.Errorf("AnswerHold 1s: %v, want an error naming AnswerHold", err)
+	}
+}

@@ -25,7 +25,7 @@ func fuzzLimits() Limits {
 // refuse it names the same field, in the same words (except for bytes protobuf
 // refuses, which it words its own way).
 func FuzzReadSubmit(f *testing.F) {
-	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 3, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(time.Second),
+	seed, _ := proto.Marshal(&fanoutv1.SubmitRequest{RequestId: 3, AnswerHoldMicros: 1500, Ack: fanoutv1.AckPolicy_ACK_POLICY_ALL, AckTimeout: durationpb.New(time.Second),
 		Events: []*fanoutv1.Event{{TaskId: "k", Payload: []byte("p"), Attributes: map[string]string{"a": "b"}, Ttl: durationpb.New(1)}, {TaskId: "j", Version: 5}}})
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00})
@@ -52,7 +52,7 @@ func FuzzReadSubmit(f *testing.F) {
 			if err := proto.Unmarshal(data, &req); err != nil {
 				t.Fatalf("the reader accepts what protobuf refuses: %v", err)
 			}
-			if len(s.Events) != len(req.Events) || len(s.Heads) != len(req.Events) || s.Ack != req.Ack || s.RequestID != req.RequestId || s.Window != req.WindowAnswers ||
+			if len(s.Events) != len(req.Events) || len(s.Heads) != len(req.Events) || s.Ack != req.Ack || s.RequestID != req.RequestId || s.Window != req.WindowAnswers || s.Hold != time.Duration(req.AnswerHoldMicros)*time.Microsecond ||
 				(req.AckTimeout != nil && s.AckTimeout != req.AckTimeout.AsDuration()) || (req.AckTimeout == nil && s.AckTimeout != 0) {
 				t.Fatalf("read %d events, ack %v, ack_timeout %v, request_id %d; decoded %v", len(s.Events), s.Ack, s.AckTimeout, s.RequestID, &req)
 			}

@@ -24,6 +24,9 @@ type Submit struct {
 	// Window is window_answers: on SubmitStream, the answer may be sent with the
 	// next requests' (API v1.2).
 	Window bool
+	// Hold is answer_hold_micros: on SubmitStream, as Window, and the answer is sent
+	// at the latest this long after the first held one (API v1.3). 0: none.
+	Hold time.Duration
 }
 
 // ReadSubmit reads the SubmitRequest in b into s and checks the whole of it against
@@ -86,6 +89,7 @@ func (l Limits) ReadSubmit(b []byte, s *Submit) error {
 			"the fields of fanout.v1.Event, once each", StoredSize(len(s.Events[i]), s.Heads[i].Version), bytes, l.MaxEventBytes)
 	}
 	s.Ack, s.AckTimeout, s.RequestID, s.Window = fanoutv1.AckPolicy(ack), 0, r.RequestID, r.Window
+	s.Hold = time.Duration(r.HoldMicros) * time.Microsecond
 	if r.AckTimeout {
 		s.AckTimeout = asDuration(r.AckTimeoutSeconds, r.AckTimeoutNanos)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/fanout/fanout/internal/wire"
 )
@@ -28,7 +29,8 @@ func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byt
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &streamWaits{send: send, node: n, sem: make(chan struct{}, maxStreamWaits)}
-	defer w.flush() // last: what the window holds, after the ordered answers
+	defer w.stopTimer() // very last: nothing arms it after the flush below
+	defer w.flush()     // what the window holds, after the ordered answers
 	defer w.wg.Wait()
 	defer w.closeOrdered()
 	var b []byte // reused, except by a request that waits (below)
@@ -50,6 +52,9 @@ func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byt
 		if err := n.readSubmit(b, c); err != nil {
 			n.putCall(c)
 			return err
+		}
+		if c.req.Hold > 0 { // window_answers with a deadline (inWindow arms it)
+			c.req.Window = true
 		}
 		switch {
 		case n.waitsForAcks(c): // answered on completion, alone
@@ -97,6 +102,13 @@ type streamWaits struct {
 	win    []byte
 	winIDs []uint64
 	winSat bool
+	// timer sends the window once its first answer with a hold (answer_hold_micros)
+	// has waited that long. Guarded by mu. Invariant: armed (and counted in timers)
+	// exactly while the window holds an answer with a hold; a timer's function sends
+	// only if timerGen is still the one it was armed with.
+	timer    *time.Timer
+	timerGen uint64
+	timers   sync.WaitGroup
 	// ordered feeds inOrder's goroutine; nil until the first use and after
 	// closeOrdered. Used by ServeSubmitStream's goroutine only.
 	ordered chan *submitCall
@@ -217,9 +229,47 @@ func (w *streamWaits) inWindow(c *submitCall) error {
 	w.winSat = sat && (len(w.winIDs) == 0 || w.winSat)
 	w.winIDs = append(w.winIDs, id)
 	if c.req.Window && len(w.winIDs) < maxWindowRequests && len(w.win) < maxWindowBytes {
+		if c.req.Hold > 0 && w.timer == nil {
+			gen := w.timerGen
+			w.timers.Add(1)
+			w.timer = time.AfterFunc(min(c.req.Hold, maxSubmitHold), func() {
+				defer w.timers.Done()
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if w.timerGen == gen {
+					w.timer = nil // fired: nothing to stop
+					if err := w.flushLocked(); err != nil && w.err == nil {
+						w.err = err // the stream's next read sees it
+					}
+				}
+			})
+		}
 		return nil
 	}
 	return w.flushLocked()
+}
+
+// maxSubmitHold caps a request's answer_hold_micros: how long a held answer waits.
+const maxSubmitHold = 100 * time.Millisecond
+
+// stopTimer disarms the window's timer and waits for its function if it is running.
+func (w *streamWaits) stopTimer() {
+	w.mu.Lock()
+	w.disarmLocked()
+	w.mu.Unlock()
+	w.timers.Wait()
+}
+
+// disarmLocked stops the window's timer: a function already under way sends nothing.
+// w.mu is held.
+func (w *streamWaits) disarmLocked() {
+	if w.timer != nil {
+		if w.timer.Stop() {
+			w.timers.Done()
+		}
+		w.timer = nil
+	}
+	w.timerGen++
 }
 
 // flush sends what the window holds, if anything.
@@ -247,6 +297,7 @@ func (w *streamWaits) flushBehind(ctx context.Context) error {
 // flushLocked sends the window's answer: the held answers, then the last request's
 // id, satisfied if every one was, and the ids of all (one alone: none). w.mu is held.
 func (w *streamWaits) flushLocked() error {
+	w.disarmLocked()
 	if len(w.winIDs) == 0 {
 		return nil
 	}

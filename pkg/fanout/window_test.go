@@ -157,3 +157,62 @@ func TestSubmitStreamWindowAcks(t *testing.T) {
 	}
 	w.stream.CloseSend()
 }
+
+// TestSubmitStreamAnswerHold: requests with answer_hold_micros are held as with
+// window_answers, and sent together once the first has waited its hold, with no
+// request after them; one without a hold sends them with its own answer; with a data
+// dir, the same, each once on disk. The stream then ends cleanly (the timer stopped).
+func TestSubmitStreamAnswerHold(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("data-dir=%t", durable), func(t *testing.T) {
+			cfg := testConfig("a")
+			if durable {
+				cfg.Store = openTestStore(t, t.TempDir())
+			}
+			tn := startTestNode(t, cfg)
+			w := newWindowClient(t, tn.app)
+			held := func(id uint64, hold uint32, key string) {
+				t.Helper()
+				if err := w.stream.Send(&fanoutv1.SubmitRequest{RequestId: id, AnswerHoldMicros: hold,
+					Ack: fanoutv1.AckPolicy_ACK_POLICY_QUEUED, Events: []*fanoutv1.Event{ev(key, "x")}}); err != nil {
+					t.Fatal(err)
+				}
+				w.events[id] = 1
+			}
+			// Two held for 20 ms, nothing after them: one answer, from the timer.
+			held(1, 20_000, "h1")
+			held(2, 20_000, "h2")
+			ids, results, resp := w.answer()
+			if !slices.Equal(ids, []uint64{1, 2}) || !resp.GetSatisfied() {
+				t.Fatalf("held answers: %v (satisfied %t), want [1 2] in one answer, satisfied", ids, resp.GetSatisfied())
+			}
+			for _, id := range ids {
+				if r := results[id][0]; r.GetOutcome() != fanoutv1.EventOutcome_EVENT_OUTCOME_ACCEPTED {
+					t.Fatalf("request %d: %v, want accepted", id, r)
+				}
+			}
+			// Held for the cap (a slow machine may pass it: then 3 comes alone first),
+			// then one without a hold: 3 is answered no later than with 4.
+			held(3, 100_000, "h3")
+			w.send(4, false, fanoutv1.AckPolicy_ACK_POLICY_QUEUED, ev("h4", "x"))
+			var got []uint64
+			for !slices.Contains(got, 4) {
+				ids, _, _ := w.answer()
+				got = append(got, ids...)
+			}
+			if !slices.Equal(got, []uint64{3, 4}) {
+				t.Fatalf("answers %v, want [3 4] in order", got)
+			}
+			held(5, 100_000, "h5") // held when the client closes: answered before the end
+			if err := w.stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if ids, _, _ := w.answer(); !slices.Equal(ids, []uint64{5}) {
+				t.Fatalf("at the stream's end: %v, want [5]", ids)
+			}
+			if _, err := w.stream.Recv(); err == nil {
+				t.Fatal("the stream went on after its last answer")
+			}
+		})
+	}
+}

@@ -322,8 +322,17 @@ type SubmitRequest struct {
 	// send now. A request that waits for acks (ONE, QUORUM, ALL with peers to wait
 	// for) is answered alone, as without it. Submit ignores it.
 	WindowAnswers bool `protobuf:"varint,5,opt,name=window_answers,json=windowAnswers,proto3" json:"window_answers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// answer_hold_micros (SubmitStream only, API v1.3) is window_answers with a
+	// deadline: the sidecar may hold this request's answer, as with window_answers,
+	// but sends the held answers at the latest this many microseconds after the
+	// first of them was held (it caps the hold at 100 ms). A client that does not
+	// need each answer at once (ack QUEUED, say) sets it on every request and reads
+	// one answer per run of requests however slowly it sends them; it leaves it unset
+	// on a request whose answer it needs now (which sends the held ones with it).
+	// A request that waits for acks is answered alone, as without it. Submit ignores it.
+	AnswerHoldMicros uint32 `protobuf:"varint,6,opt,name=answer_hold_micros,json=answerHoldMicros,proto3" json:"answer_hold_micros,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
@@ -389,6 +398,13 @@ func (x *SubmitRequest) GetWindowAnswers() bool {
 		return x.WindowAnswers
 	}
 	return false
+}
+
+func (x *SubmitRequest) GetAnswerHoldMicros() uint32 {
+	if x != nil {
+		return x.AnswerHoldMicros
+	}
+	return 0
 }
 
 type SubmitResponse struct {
@@ -2019,7 +2035,7 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"\adeleted\x18\x06 \x01(\bR\adeleted\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\x02\n" +
 	"\rSubmitRequest\x12(\n" +
 	"\x06events\x18\x01 \x03(\v2\x10.fanout.v1.EventR\x06events\x12&\n" +
 	"\x03ack\x18\x02 \x01(\x0e2\x14.fanout.v1.AckPolicyR\x03ack\x12:\n" +
@@ -2027,7 +2043,8 @@ const file_fanout_v1_fanout_proto_rawDesc = "" +
 	"ackTimeout\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\x04R\trequestId\x12%\n" +
-	"\x0ewindow_answers\x18\x05 \x01(\bR\rwindowAnswers\"\xed\x01\n" +
+	"\x0ewindow_answers\x18\x05 \x01(\bR\rwindowAnswers\x12,\n" +
+	"\x12answer_hold_micros\x18\x06 \x01(\rR\x10answerHoldMicros\"\xed\x01\n" +
 	"\x0eSubmitResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
