@@ -44,7 +44,8 @@ deps:
 ## unit: every test of the product (.), its end-to-end tests (test/, a module of its
 ## own so that the product's go.mod holds only what the product uses) and the NATS
 ## bench of bench-compare (bench/natsbench, a module of its own for the NATS client), and
-## the parsing of bench-transports (bench/transports_test.py)
+## the parsing of bench-transports and bench-compare (bench/transports_test.py,
+## bench/compare_test.py)
 ## (-timeout=30m for the end-to-end tests: they took 5.5 min under two CPU hogs and
 ## 9 min under three, near go test's default 10m)
 unit:
@@ -52,6 +53,7 @@ unit:
 	$(GO) -C test test -race -count=1 -timeout=30m ./...
 	$(GO) -C bench/natsbench test -race -count=1 ./...
 	python3 bench/transports_test.py
+	python3 bench/compare_test.py
 
 ## manifests: the Dockerfile and deploy/kubernetes, checked without Docker or a cluster
 ## (deploy/kubernetes/check, a module of its own so that the Kubernetes API types stay
@@ -102,9 +104,11 @@ vet:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/...
 
-## bench-compare: fanout vs a NATS cluster (and a single server), one pacer and one
-## stamping rule for both, 3 interleaved runs (~12 min; QUICK=1 for a smoke test;
-## installs Debian's nats-server if missing). Method: docs/BENCH.md.
+## bench-compare: fanout vs its anchors, a NATS cluster (and a single server) and NATS
+## JetStream KV (R3 file, R1 memory), all on the nats-server pinned in tools/go.mod, with
+## one pacer and one stamping rule for all; memory at 500,000 live keys, settled; 3
+## interleaved runs (~8 min each, at most 29 min in all; QUICK=1 for a ~2 min smoke
+## test). Method: docs/BENCH.md.
 bench-compare:
 	bash bench/compare.sh
 

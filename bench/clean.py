@@ -1,6 +1,6 @@
 # The pairs of `make bench-compare` results that another process did not disturb: prints
-# every fanout and NATS-cluster row with its "others' CPU" (machine busy minus nodes
-# minus bench), the fanout / NATS-cluster ratios over the clean pairs, and the
+# every fanout and NATS-cluster row with its "others' CPU" (machine busy minus every
+# process the script ran; in older files, minus nodes and bench), the fanout / NATS-cluster ratios over the clean pairs, and the
 # per-added-peer slope of each run.
 #   python3 bench/clean.py RESULTS.jsonl...
 import json, sys
@@ -10,9 +10,12 @@ rows = []
 for f in files:
     for l in open(f):
         r = json.loads(l)
-        if "workload" in r:
+        # Timed rows that succeeded (not the memory workload's). Files written since the
+        # KV anchors have others_cpu_s (busy minus every process the script ran);
+        # older ones: busy minus nodes minus bench.
+        if "workload" in r and r.get("ok") and "delivered_per_s" in r:
             r["file"] = f.split("/")[-1].replace(".jsonl", "")
-            r["other"] = r["machine_busy_s"] - r["node_cpu_s"] - r["bench_cpu_s"]
+            r["other"] = r["others_cpu_s"] if "others_cpu_s" in r else r["machine_busy_s"] - r["node_cpu_s"] - r["bench_cpu_s"]
             rows.append(r)
 by = {(r["file"], r["run"], r["workload"], r["system"]): r for r in rows}
 def fmt_us(u):
@@ -20,7 +23,7 @@ def fmt_us(u):
 print("| file | run | workload | system | delivered/s | p50 | p99 | CPU µs/delivered | lost | peak RSS MiB/node | others' CPU s |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    if r["system"] == "nats-single":
+    if r["system"] not in ("fanout", "nats-cluster"):
         continue
     print(f"| {r['file'][8:]} | {r['run']} | {r['workload']} | {r['system']} | {r['delivered_per_s']:,.0f} | {fmt_us(r['p50_us'])} | {fmt_us(r['p99_us'])} | {r['cpu_us_per_delivered']:.2f} | {r['lost']} | {'/'.join(str(round(x)) for x in r['peak_rss_mib_per_node'])} | {r['other']:.1f} |")
 print()

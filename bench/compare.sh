@@ -1,29 +1,47 @@
 #!/usr/bin/env bash
-# make bench-compare: fanout against a NATS cluster (and a single NATS server), on this
-# machine, with one pacer, one stamping rule and one flow control shared by both clients
-# (bench/loadkit). docs/BENCH.md ("make bench-compare") explains the method.
+# make bench-compare: fanout against its anchors on this machine: a NATS cluster (core
+# publishes: the bus), a single NATS server, and NATS JetStream KV (R3 file and R1
+# memory: a state store doing the same work), all on the nats-server pinned in
+# tools/go.mod (built into bin/nats-server), with one pacer, one stamping rule and
+# one flow control shared by every client (bench/loadkit). docs/BENCH.md ("make
+# bench-compare") explains the method.
 #
-#   bash bench/compare.sh            # RUNS (3) interleaved runs; ~4 min per run
+#   bash bench/compare.sh            # RUNS (3) interleaved runs; ~8 min per run
 #   bash bench/compare.sh --quick    # smoke test: 1 run, 2 s per measurement, no quiet wait
 #
 # Layout, for every N: fanout = `sidecar bench --spawn N` (submit on node 0, a subscriber
 # on each other node); nats-cluster = `natsbench --spawn N` (N nats-server processes with
 # routes, publisher on server 0, a subscriber on each other server); nats-single = one
-# nats-server with the same N-1 subscribers on it.
+# nats-server with the same N-1 subscribers on it; nats-kv-r3-file and
+# nats-kv-r1-memory = `natsbench --spawn 3 --kv` (a JetStream cluster, a bucket of
+# history 1 with that storage and replicas, one async put per event of its own key
+# through server 0, a KV watcher on each other server).
 #
 # Workloads (each with one event per send and with 10 per send, BATCHES):
 #   saturated      --rate 0, flow-controlled end to end: at most WINDOW events sent and
-#                  not yet received by every subscriber (fanout: also PIPELINE requests
-#                  in flight), so neither system is overrun; loss is its own column
+#                  not yet received by every subscriber (fanout-stream and b10: also
+#                  PIPELINE requests in flight), so no system is overrun; loss is its
+#                  own column. saturated/b1's fanout row is one Go client call per
+#                  event (sidecar bench --client publisher: the async Publisher with its
+#                  defaults); fanout-stream is the SubmitStream path, one event per
+#                  request (--client stream)
 #   latency@RATE   LAT_RATE events/s, open loop
 #   scale-N        N in SCALE_NODES nodes at SCALE_RATE events/s, SCALE_BATCH per send:
-#                  CPU per delivered event and per added peer
+#                  CPU per delivered event and per added peer (fanout, nats-cluster)
+#   memory@KEYS    MEM_KEYS (500000) keys of PAYLOAD bytes on 3 nodes (fanout:
+#                  bench/fanoutmem; the KV anchors: natsbench --memory-keys), the
+#                  settled VmRSS of every node before the keys and with them (a forced
+#                  GC, then the scavenger, at most SETTLE_MAX), and bytes per live key
 # EXTRAS=1 adds the older rows: Eureka's pacing (saturated, latency) and hot keys.
 #
-# Each run measures every workload, fanout first in odd runs and NATS first in even
-# ones, after waiting for a quiet machine (bench/quiet.sh). Every measurement is one JSON
-# line in bench/results/compare-<UTC time>.jsonl; a summary with the fanout/NATS-cluster
-# ratios of each run is printed at the end.
+# Each run measures every workload, fanout first in odd runs and the anchors first in
+# even ones, after waiting for a quiet machine (bench/quiet.sh; all the waits together
+# at most QUIET_BUDGET seconds, 180). Every measurement is bounded (MEASURE_TIMEOUT,
+# 240 s), and once BUDGET (1740 s) of wall time has passed the rest are skipped (a
+# row each, ok false), so a full run ends within 30 minutes. Each measurement is one
+# JSON line in bench/results/compare-<UTC time>.jsonl, with the other
+# processes' CPU over it; bench/compare.py prints the summary at the end: fanout's
+# ratios to each anchor within a run, bytes per live key, others' CPU per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +54,8 @@ for arg in "$@"; do
   esac
 done
 if [ "$QUICK" = 1 ]; then
-  : "${RUNS:=1}" "${DURATION:=2s}" "${WARMUP:=500ms}" "${QUIET_WAIT:=0}" "${DRAIN_TIMEOUT:=5s}"
+  : "${RUNS:=1}" "${DURATION:=2s}" "${WARMUP:=500ms}" "${QUIET_BUDGET:=0}" "${DRAIN_TIMEOUT:=5s}"
+  : "${SCALE_NODES:=3 5}" "${MEM_KEYS:=100000}" "${SETTLE_MAX:=10s}"
 fi
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}      # measured time per measurement
@@ -50,90 +69,73 @@ PIPELINE=${PIPELINE:-256}      # saturated fanout: SubmitRequests in flight
 SCALE_NODES=${SCALE_NODES:-3 5 9}
 SCALE_RATE=${SCALE_RATE:-2000}
 SCALE_BATCH=${SCALE_BATCH:-1}
-WORKLOADS=${WORKLOADS:-saturated latency scale}
+WORKLOADS=${WORKLOADS:-saturated latency scale memory}
+MEM_KEYS=${MEM_KEYS:-500000}   # memory: live keys
+SETTLE_MAX=${SETTLE_MAX:-20s}  # memory: the longest wait for the resident sets to settle
 EXTRAS=${EXTRAS:-0}
 KEYS=${KEYS:-1000}             # EXTRAS: task_ids of the hot-key rows
+QUIET_BUDGET=${QUIET_BUDGET:-180} # seconds of waiting for a quiet machine, over all runs (QUIET_WAIT: at most per run)
+MEASURE_TIMEOUT=${MEASURE_TIMEOUT:-240} # seconds: a measurement still running is stopped
+BUDGET=${BUDGET:-1740}         # seconds of wall time: measurements due later are skipped (rows ok=false, skipped)
 OUT=${OUT:-bench/results}
-export QUIET_WAIT
 
 mkdir -p "$OUT" bin
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 results="$OUT/compare-$stamp.jsonl"
 log="$OUT/compare-$stamp.log" # the benches' stderr (live lines, errors)
 
-if [ -f bench/quiet.sh ]; then
-  # shellcheck source=bench/quiet.sh
-  . bench/quiet.sh
-else
-  wait_quiet() { quiet_load=$(cut -d' ' -f1 /proc/loadavg); }
-  busy_s() { awk '/^cpu /{printf "%.2f", ($2+$3+$4+$7+$8+$9)/100; exit}' /proc/stat; }
-fi
+# shellcheck source=bench/quiet.sh
+. bench/quiet.sh
+started=$(date +%s) # BUDGET counts from here: the builds too
 
-if ! command -v nats-server >/dev/null; then
-  echo "installing Debian's nats-server" >&2
-  apt-get update -q >/dev/null && apt-get install -y -q nats-server >/dev/null
-fi
 go build -o bin/sidecar ./cmd/sidecar
+go build -o bin/fanoutmem ./bench/fanoutmem
 (cd bench/natsbench && go build -o ../../bin/natsbench .)
+go build -modfile=tools/go.mod -o bin/nats-server github.com/nats-io/nats-server/v2
+natsbench=(bin/natsbench --nats-server bin/nats-server)
+kv_r3=("${natsbench[@]}" --spawn 3 --kv bench --kv-storage file --replicas 3)
+kv_r1=("${natsbench[@]}" --spawn 3 --kv bench --kv-storage memory --replicas 1)
+
+# own_s VAR: sets VAR to the user+sys CPU seconds of every waited-for child of this
+# shell so far (the benches and, through them, the servers they spawned). `times`
+# runs in this shell (a $(...) subshell would report its own).
+times_file="$OUT/.times-$stamp"
+trap 'rm -f "$times_file"' EXIT
+own_s() {
+  times >"$times_file"
+  printf -v "$1" '%s' "$(awk 'NR==2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%.2f", t }' "$times_file")"
+}
 
 common=(--duration "$DURATION" --warmup "$WARMUP" --payload "$PAYLOAD" --drain-timeout "$DRAIN_TIMEOUT")
 eureka=(-- --max-batching-delay=500ms --workers=20)
 
 run=0
 seq=0
-# measure WORKLOAD SYSTEM COMMAND...: one measurement, one JSON line.
+# measure WORKLOAD SYSTEM COMMAND...: one measurement, one JSON line, bounded by
+# MEASURE_TIMEOUT (SIGTERM: the benches stop their servers; SIGKILL 20 s later).
 measure() {
   local workload=$1 system=$2; shift 2
   seq=$((seq + 1))
   echo "== run $run: $workload / $system" >&2
   echo "== run $run #$seq: $workload / $system: $*" >>"$log"
-  local load busy0 busy1 t0 t1 json
+  local load busy0 busy1 own0 own1 t0 t1 json skipped=
+  if [ $(($(date +%s) - started)) -ge "$BUDGET" ]; then
+    echo "   skipped: the wall-time budget (BUDGET, $BUDGET s) is spent" >&2
+    skipped=1
+  fi
   load=$(cut -d' ' -f1 /proc/loadavg)
-  busy0=$(busy_s)
-  t0=$(date +%s.%N)
-  if ! json=$("$@" 2>>"$log" | tail -1) || [ -z "$json" ]; then
+  busy0=$(busy_s) t0=$(date +%s.%N)
+  own_s own0
+  if [ -n "$skipped" ]; then
+    json=null
+  elif ! json=$(timeout -k 20 "$MEASURE_TIMEOUT" "$@" 2>>"$log" | tail -1) || [ -z "$json" ]; then
     echo "   FAILED (see $log)" >&2
     json=null
   fi
-  t1=$(date +%s.%N)
-  busy1=$(busy_s)
-  RESULT=$json python3 - "$results" "$run" "$seq" "$workload" "$system" "$load" "$busy0" "$busy1" "$t0" "$t1" <<'PY'
-import json, os, sys
-path, run, seq, workload, system, load, b0, b1, t0, t1 = sys.argv[1:]
-r = json.loads(os.environ["RESULT"])
-row = {"run": int(run), "seq": int(seq), "workload": workload, "system": system,
-       "load_start": float(load), "wall_s": round(float(t1) - float(t0), 2),
-       "machine_busy_s": round(float(b1) - float(b0), 2), "ok": r is not None}
-if r:
-    subs = r.get("subscribers", 0)
-    expected = r["submitted"] * subs
-    lost = r.get("lost")
-    due = r.get("latency_from_due") or {}
-    lag = r.get("send_lag") or {}
-    usage = r.get("node_usage") or []
-    row.update({
-        "nodes": r.get("nodes"), "subscribers": subs, "rate": r.get("rate"), "batch": r.get("batch"),
-        "window": r.get("window"), "payload": r.get("payload"),
-        "submitted": r["submitted"], "delivered": r["delivered"],
-        "submitted_per_s": r["submit_per_sec"], "delivered_per_s": r["delivered_per_sec"],
-        "p50_us": r["p50_us"], "p99_us": r["p99_us"], "p999_us": r["p999_us"], "max_us": r["max_us"],
-        "due_p50_us": due.get("p50_us"), "due_p99_us": due.get("p99_us"), "due_p999_us": due.get("p999_us"),
-        "send_lag_p99_us": lag.get("p99_us"), "send_lag_max_us": lag.get("max_us"),
-        "lost": lost, "loss": (lost / expected) if lost is not None and expected else None,
-        "dropped": r.get("dropped"), "slow_consumers": r.get("slow_consumers"),
-        "window_stalls": r.get("window_stalls", 0),
-        "node_cpu_s": r.get("node_cpu_seconds"), "bench_cpu_s": r.get("bench_cpu_seconds"),
-        "cpu_us_per_delivered": r.get("cpu_us_per_delivered"),
-        "cpu_us_per_submitted": (r["node_cpu_seconds"] * 1e6 / r["submitted"]) if r.get("node_cpu_seconds") and r["submitted"] else None,
-        "peak_rss_mib_per_node": [round(u["peak_rss_bytes"] / 2**20, 1) for u in usage],
-        "peak_rss_mib_max": round(r.get("node_peak_rss_bytes", 0) / 2**20, 1),
-    })
-    if r.get("converge_ms") is not None:
-        row["converge_ms"] = r["converge_ms"]
-row["raw"] = r
-with open(path, "a") as f:
-    f.write(json.dumps(row) + "\n")
-PY
+  own_s own1
+  t1=$(date +%s.%N) busy1=$(busy_s)
+  RESULT=$json SKIPPED=$skipped python3 bench/compare.py row "$run" "$seq" "$workload" "$system" "$load" \
+    "$busy0" "$busy1" "$own0" "$own1" "$t0" "$t1" >>"$results"
 }
 
 # one_run: every workload once, fanout's systems first (or NATS's, when $1 = nats).
@@ -143,29 +145,53 @@ one_run() {
     case $w in
       saturated)
         for b in $BATCHES; do
-          sys_fanout=(fanout bin/sidecar bench --spawn 3 --json "${common[@]}" --rate 0 --batch "$b" --window "$WINDOW" --pipeline "$PIPELINE")
-          sys_nc=(nats-cluster bin/natsbench --spawn 3 "${common[@]}" --rate 0 --batch "$b" --window "$WINDOW" --interval 0)
-          sys_ns=(nats-single bin/natsbench --spawn 1 --subscribers 2 "${common[@]}" --rate 0 --batch "$b" --window "$WINDOW" --interval 0)
+          stream=(bin/sidecar bench --spawn 3 --json "${common[@]}" --rate 0 --batch "$b" --window "$WINDOW" --pipeline "$PIPELINE" --client stream)
+          if [ "$b" = 1 ]; then # one call per event: the Go client's async Publisher, and the stream path beside it
+            sys_fanout=(fanout bin/sidecar bench --spawn 3 --json "${common[@]}" --rate 0 --batch 1 --window "$WINDOW" --client publisher)
+            sys_fanout2=(fanout-stream "${stream[@]}")
+          else
+            sys_fanout=(fanout "${stream[@]}")
+            sys_fanout2=()
+          fi
+          nats_sat=("${common[@]}" --rate 0 --batch "$b" --window "$WINDOW" --interval 0)
+          sys_nc=(nats-cluster "${natsbench[@]}" --spawn 3 "${nats_sat[@]}")
+          sys_ns=(nats-single "${natsbench[@]}" --spawn 1 --subscribers 2 "${nats_sat[@]}")
+          sys_kv3=(nats-kv-r3-file "${kv_r3[@]}" "${nats_sat[@]}")
+          sys_kv1=(nats-kv-r1-memory "${kv_r1[@]}" "${nats_sat[@]}")
           both "saturated/b$b" "$first" "$([ "$EXTRAS" = 1 ] && echo eureka)"
         done
         ;;
       latency)
         for b in $BATCHES; do
           sys_fanout=(fanout bin/sidecar bench --spawn 3 --json "${common[@]}" --rate "$LAT_RATE" --batch "$b")
-          sys_nc=(nats-cluster bin/natsbench --spawn 3 "${common[@]}" --rate "$LAT_RATE" --batch "$b" --interval 0)
-          sys_ns=(nats-single bin/natsbench --spawn 1 --subscribers 2 "${common[@]}" --rate "$LAT_RATE" --batch "$b" --interval 0)
+          sys_fanout2=()
+          nats_lat=("${common[@]}" --rate "$LAT_RATE" --batch "$b" --interval 0)
+          sys_nc=(nats-cluster "${natsbench[@]}" --spawn 3 "${nats_lat[@]}")
+          sys_ns=(nats-single "${natsbench[@]}" --spawn 1 --subscribers 2 "${nats_lat[@]}")
+          sys_kv3=(nats-kv-r3-file "${kv_r3[@]}" "${nats_lat[@]}")
+          sys_kv1=(nats-kv-r1-memory "${kv_r1[@]}" "${nats_lat[@]}")
           both "latency@$LAT_RATE/b$b" "$first" "$([ "$EXTRAS" = 1 ] && echo eureka)"
         done
         ;;
       scale)
         for n in $SCALE_NODES; do
           sys_fanout=(fanout bin/sidecar bench --spawn "$n" --json "${common[@]}" --rate "$SCALE_RATE" --batch "$SCALE_BATCH")
-          sys_nc=(nats-cluster bin/natsbench --spawn "$n" "${common[@]}" --rate "$SCALE_RATE" --batch "$SCALE_BATCH" --interval 0)
-          sys_ns=()
+          sys_fanout2=()
+          sys_nc=(nats-cluster "${natsbench[@]}" --spawn "$n" "${common[@]}" --rate "$SCALE_RATE" --batch "$SCALE_BATCH" --interval 0)
+          sys_ns=() sys_kv3=() sys_kv1=()
           both "scale-$n@$SCALE_RATE/b$SCALE_BATCH" "$first" ""
         done
         ;;
-      *) echo "compare.sh: unknown workload $w (saturated, latency, scale)" >&2; exit 2 ;;
+      memory)
+        sys_fanout=(fanout bin/fanoutmem --sidecar bin/sidecar --nodes 3 --keys "$MEM_KEYS" --payload "$PAYLOAD" --settle-max "$SETTLE_MAX")
+        sys_fanout2=()
+        nats_mem=(--memory-keys "$MEM_KEYS" --payload "$PAYLOAD" --settle-max "$SETTLE_MAX" --drain-timeout 60s --interval 0)
+        sys_nc=() sys_ns=()
+        sys_kv3=(nats-kv-r3-file "${kv_r3[@]}" "${nats_mem[@]}")
+        sys_kv1=(nats-kv-r1-memory "${kv_r1[@]}" "${nats_mem[@]}")
+        both "memory@$MEM_KEYS" "$first" ""
+        ;;
+      *) echo "compare.sh: unknown workload $w (saturated, latency, scale, memory)" >&2; exit 2 ;;
     esac
   done
   if [ "$EXTRAS" = 1 ]; then
@@ -177,109 +203,40 @@ one_run() {
   fi
 }
 
-# both WORKLOAD FIRST EXTRA: the fanout row (and Eureka's pacing with EXTRA=eureka),
-# then the NATS rows, or the other way round.
+# both WORKLOAD FIRST EXTRA: the fanout rows (and Eureka's pacing with EXTRA=eureka),
+# then the anchors' rows (those of sys_nc, sys_ns, sys_kv3, sys_kv1 that are set), or
+# the other way round.
 both() {
   local workload=$1 first=$2 extra=$3
   fanout_rows() {
     measure "$workload" "${sys_fanout[@]}"
+    if [ ${#sys_fanout2[@]} -gt 0 ]; then measure "$workload" "${sys_fanout2[@]}"; fi
     if [ "$extra" = eureka ]; then
       measure "$workload" eureka-pacing "${sys_fanout[@]:1}" "${eureka[@]}"
     fi
   }
   nats_rows() {
-    measure "$workload" "${sys_nc[@]}"
-    if [ ${#sys_ns[@]} -gt 0 ]; then measure "$workload" "${sys_ns[@]}"; fi
+    local -n cmd # a nameref as the loop variable: each of the arrays in turn
+    for cmd in sys_nc sys_ns sys_kv3 sys_kv1; do
+      if [ ${#cmd[@]} -gt 0 ]; then measure "$workload" "${cmd[@]}"; fi
+    done
   }
   if [ "$first" = nats ]; then nats_rows; fanout_rows; else fanout_rows; nats_rows; fi
 }
 
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(go version | cut -d' ' -f3), $(nats-server --version)" | tee -a "$log" >&2
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(go version | cut -d' ' -f3), $(bin/nats-server --version)" | tee -a "$log" >&2
 echo "results: $results (stderr of the benches: $log)" >&2
+quiet_left=$QUIET_BUDGET
+run_wait=${QUIET_WAIT:-$QUIET_BUDGET} # one run's wait, if QUIET_WAIT is given
 for run in $(seq "$RUNS"); do
-  wait_quiet
+  # The quiet waits share one budget, so that a busy machine cannot stretch the bench
+  # past RUNS x (a run) + QUIET_BUDGET.
+  w0=$(date +%s)
+  QUIET_WAIT=$((quiet_left < run_wait ? quiet_left : run_wait)) wait_quiet
+  quiet_left=$((quiet_left - ($(date +%s) - w0)))
+  if [ "$quiet_left" -lt 0 ]; then quiet_left=0; fi
   if [ $((run % 2)) = 1 ]; then one_run fanout; else one_run nats; fi
 done
 
-python3 - "$results" "$LAT_RATE" <<'PY'
-import json, sys
-from collections import defaultdict
-rows = [json.loads(l) for l in open(sys.argv[1])]
-ok = [r for r in rows if r["ok"]]
-failed = [r for r in rows if not r["ok"]]
-
-def us(v):
-    if v is None: return "-"
-    return f"{v/1000:.2f} ms" if v >= 1000 else f"{v} µs"
-
-def num(v, fmt="{:,.0f}"):
-    return "-" if v is None else fmt.format(v)
-
-def behind(r):  # a paced publisher that did not keep to its schedule
-    return " (behind)" if r.get("rate") and (r.get("send_lag_p99_us") or 0) > 2000 else ""
-
-print()
-print("| run | workload | system | submitted/s | delivered/s | p50 | p99 | p99.9 | p99 from due | lost | CPU µs/delivered | peak RSS MiB/node | load |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-for r in ok:
-    lost = "-" if r.get("lost") is None else f"{r['lost']:,} ({100*r['loss']:.2f} %)" if r["loss"] else "0"
-    rss = "/".join(f"{x:.0f}" for x in r.get("peak_rss_mib_per_node", [])) or "-"
-    print(f"| {r['run']} | {r['workload']} | {r['system']} | {num(r['submitted_per_s'])} | {num(r['delivered_per_s'])} | "
-          f"{us(r['p50_us'])} | {us(r['p99_us'])} | {us(r['p999_us'])} | {us(r.get('due_p99_us'))}{behind(r)} | {lost} | "
-          f"{num(r.get('cpu_us_per_delivered'), '{:.2f}')} | {rss} | {r['load_start']:.2f} |")
-for r in failed:
-    print(f"| {r['run']} | {r['workload']} | {r['system']} | FAILED | | | | | | | | | {r['load_start']:.2f} |")
-
-# fanout / nats-cluster, within each run.
-by = {(r["run"], r["workload"], r["system"]): r for r in ok}
-workloads = list(dict.fromkeys(r["workload"] for r in ok))
-runs = sorted({r["run"] for r in ok})
-def ratios(w, key, b="nats-cluster"):
-    out = []
-    for run in runs:
-        f, n = by.get((run, w, "fanout")), by.get((run, w, b))
-        if f and n and f.get(key) and n.get(key):
-            out.append(f[key] / n[key])
-    return out
-def span(xs):
-    if not xs: return "-"
-    lo, hi = min(xs), max(xs)
-    return f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
-
-print()
-print("fanout / NATS cluster, same run (range over runs):")
-print()
-print("| workload | delivered/s | p50 | p99 | p99.9 | CPU per delivered event | peak RSS per node | runs |")
-print("|---|---|---|---|---|---|---|---|")
-for w in workloads:
-    print(f"| {w} | {span(ratios(w, 'delivered_per_s'))} | {span(ratios(w, 'p50_us'))} | {span(ratios(w, 'p99_us'))} | "
-          f"{span(ratios(w, 'p999_us'))} | {span(ratios(w, 'cpu_us_per_delivered'))} | {span(ratios(w, 'peak_rss_mib_max'))} | "
-          f"{len(ratios(w, 'delivered_per_s'))} |")
-
-# Scale-out: CPU per submitted event against N, and what each added peer adds.
-scale = defaultdict(dict)  # (run, system) -> {N: cpu µs per submitted event}
-for r in ok:
-    if r["workload"].startswith("scale-") and r.get("cpu_us_per_submitted"):
-        scale[(r["run"], r["system"])][r["nodes"]] = r["cpu_us_per_submitted"]
-if scale:
-    print()
-    print("scale-out: server CPU µs per submitted event (all nodes), and per added peer (slope from the fewest to the most nodes):")
-    print()
-    print("| run | system | " + " | ".join(f"N={n}" for n in sorted({n for v in scale.values() for n in v})) + " | per added peer |")
-    ns_all = sorted({n for v in scale.values() for n in v})
-    print("|---|---|" + "---|" * (len(ns_all) + 1))
-    slopes = defaultdict(dict)
-    for (run, system), v in sorted(scale.items()):
-        ns = sorted(v)
-        slope = (v[ns[-1]] - v[ns[0]]) / (ns[-1] - ns[0]) if len(ns) > 1 else None
-        slopes[run][system] = slope
-        print(f"| {run} | {system} | " + " | ".join(num(v.get(n), "{:.1f}") for n in ns_all) + f" | {num(slope, '{:.2f}')} |")
-    rs = [s["fanout"] / s["nats-cluster"] for s in slopes.values() if s.get("fanout") and s.get("nats-cluster")]
-    print()
-    print(f"added CPU per peer per event, fanout / NATS cluster: {span(rs)}")
-if any(behind(r) for r in ok):
-    print("\n(behind): the publisher's send lag p99 was over 2 ms: the rate was not offered on time; read that row's latency from the due time")
-if failed:
-    print(f"\n{len(failed)} measurement(s) failed: see the .log next to the results")
-print(f"\nresults: {sys.argv[1]}")
-PY
+python3 bench/compare.py summary "$results"
+echo "quiet waits: $((QUIET_BUDGET - quiet_left)) s of the $QUIET_BUDGET s budget; wall time: $(($(date +%s) - started)) s ($RUNS run(s))"

@@ -16,8 +16,9 @@ wait_quiet() {
       echo "load $l after ${waited}s: measuring anyway" >&2
       break
     fi
-    sleep 30
-    waited=$((waited + 30))
+    local step=$((QUIET_WAIT - waited < 30 ? QUIET_WAIT - waited : 30)) # never past QUIET_WAIT
+    sleep "$step"
+    waited=$((waited + step))
   done
   quiet_load=$l
   echo "load $(cut -d' ' -f1-3 /proc/loadavg) (waited ${waited}s)" >&2

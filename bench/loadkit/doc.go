@@ -10,6 +10,8 @@
 //     system is overrun and loses events.
 //   - ProcCPU, ExitUsage, SelfCPU, ChildAttr: CPU and peak RSS of the server
 //     processes, read the same way for both.
+//   - Settle: the settled resident set of server processes (after a forced GC and
+//     the scavenger), for the memory workload.
 //
 // `sidecar bench` (internal/loadgen) and bench/natsbench import it. It is not under
 // internal/ because bench/natsbench is a module of its own (so that the NATS client

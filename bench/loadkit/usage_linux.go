@@ -80,25 +80,31 @@ func SelfCPU() (time.Duration, error) {
 
 // PeakRSS reads a running process's peak resident set (VmHWM in /proc/<pid>/status),
 // for a process the bench did not start and so cannot wait for (a NATS server).
-func PeakRSS(pid int) (int64, error) {
+func PeakRSS(pid int) (int64, error) { return statusBytes(pid, "VmHWM") }
+
+// RSS reads a running process's resident set now (VmRSS in /proc/<pid>/status).
+func RSS(pid int) (int64, error) { return statusBytes(pid, "VmRSS") }
+
+// statusBytes reads a "<field>: <n> kB" line of /proc/<pid>/status, in bytes.
+func statusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			f := strings.Fields(rest) // "1234 kB"
 			if len(f) != 2 || f[1] != "kB" {
-				return 0, fmt.Errorf("loadkit: /proc/%d/status VmHWM: %q", pid, line)
+				return 0, fmt.Errorf("loadkit: /proc/%d/status %s: %q", pid, field, line)
 			}
 			kib, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("loadkit: /proc/%d/status VmHWM: %w", pid, err)
+				return 0, fmt.Errorf("loadkit: /proc/%d/status %s: %w", pid, field, err)
 			}
 			return kib * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("loadkit: /proc/%d/status has no VmHWM", pid)
+	return 0, fmt.Errorf("loadkit: /proc/%d/status has no %s", pid, field)
 }
 
 // TCPConns counts the established TCP connections a process holds: its socket file

@@ -25,5 +25,8 @@ func SelfCPU() (time.Duration, error) { return 0, ErrNoUsage }
 // PeakRSS is not available: ErrNoUsage.
 func PeakRSS(int) (int64, error) { return 0, ErrNoUsage }
 
+// RSS is not available: ErrNoUsage.
+func RSS(int) (int64, error) { return 0, ErrNoUsage }
+
 // TCPConns is not available: ErrNoUsage.
 func TCPConns(int, ...int) (int, error) { return 0, ErrNoUsage }

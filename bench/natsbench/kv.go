@@ -93,7 +93,7 @@ func (b *bench) connectKV(ctx context.Context, pubURL string, subURLs []string) 
 	// ("no suitable peers for placement").
 	for {
 		_, err := k.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{
-			Bucket: b.o.kv, History: 1, Storage: jetstream.FileStorage, Replicas: b.o.replicas,
+			Bucket: b.o.kv, History: 1, Storage: kvStorage(b.o.kvStorage), Replicas: b.o.replicas,
 		})
 		if err == nil {
 			break
@@ -146,6 +146,14 @@ func (b *bench) connectKV(ctx context.Context, pubURL string, subURLs []string) 
 	return nil
 }
 
+// kvStorage is the bucket's storage of --kv-storage (validated: file or memory).
+func kvStorage(s string) jetstream.StorageType {
+	if s == "memory" {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
 // hold starts the servers with JetStream, prints their client URLs and process ids,
 // and keeps them until ctx ends (SIGTERM, SIGINT).
 func hold(ctx context.Context, o options) error {
@@ -154,7 +162,7 @@ func hold(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	servers, err := startServers(ctx, o.natsServer, o.spawn, dir, o.readyTimeout)
+	servers, err := startServers(ctx, o.natsServer, o.spawn, dir, o.readyTimeout, false)
 	if err != nil {
 		return err
 	}

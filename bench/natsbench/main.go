@@ -40,9 +40,12 @@ type options struct {
 	window       int
 	interval     time.Duration
 	kv           string
+	kvStorage    string
 	replicas     int
 	hold         bool
 	watchers     int
+	memoryKeys   int
+	settleMax    time.Duration
 }
 
 func main() {
@@ -61,9 +64,12 @@ func main() {
 	flag.IntVar(&o.payload, "payload", 100, "payload bytes per event (>= 8; the first 16 carry the send time and the due time)")
 	flag.IntVar(&o.window, "window", 0, "with --rate 0: at most this many events published that some subscriber has not received yet (0: off)")
 	flag.DurationVar(&o.interval, "interval", time.Second, "period of the progress line on stderr (0: none)")
-	flag.StringVar(&o.kv, "kv", "", "the NATS KV anchor: servers with JetStream, and instead of core publishes, puts of unique keys (bench.<run>.<n>) into this KV bucket (created with --replicas, file storage, history 1), acknowledged asynchronously, and a KV watcher (updates only) on each other server")
+	flag.StringVar(&o.kv, "kv", "", "the NATS KV anchor: servers with JetStream, and instead of core publishes, puts of unique keys (bench.<run>.<n>) into this KV bucket (created with --replicas, --kv-storage, history 1), acknowledged asynchronously, and a KV watcher (updates only) on each other server")
 	flag.IntVar(&o.watchers, "watchers", 0, "with --kv on a cluster: this many watchers, round robin over the servers but the first (0: one on each of them), as N-1 sidecars would watch")
 	flag.IntVar(&o.replicas, "replicas", 3, "with --kv: the bucket's replicas")
+	flag.StringVar(&o.kvStorage, "kv-storage", "file", "with --kv: the bucket's storage, file or memory")
+	flag.IntVar(&o.memoryKeys, "memory-keys", 0, "with --kv: instead of a timed run, the settled memory at this many live keys: every server's VmRSS after a forced GC (its --profile port) and the scavenger, before the keys and after putting them (one async put each, --payload bytes) and every watcher has them; one JSON line")
+	flag.DurationVar(&o.settleMax, "settle-max", 30*time.Second, "with --memory-keys: the longest wait, after a forced GC, for the resident sets to stop falling")
 	flag.BoolVar(&o.hold, "hold", false, "only start the --spawn servers with JetStream (a store each in a temporary directory), print one JSON line {urls, pids} on stdout, and keep them until SIGTERM or SIGINT; for sidecar bench --transport=jetstream, with --engine-pid")
 	flag.Parse()
 	if o.url != "" {
@@ -82,7 +88,13 @@ func main() {
 		}
 		return
 	}
-	r, err := run(ctx, o)
+	var r any
+	var err error
+	if o.memoryKeys > 0 {
+		r, err = runMemory(ctx, o)
+	} else {
+		r, err = run(ctx, o)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "natsbench:", err)
 		os.Exit(1)
@@ -112,8 +124,11 @@ func (o *options) validate() error {
 	check(o.window >= 0, "--window must be >= 0, got %d", o.window)
 	check(o.window == 0 || o.rate == 0, "--window is the flow control of --rate 0; a paced run is open loop")
 	check(o.kv == "" || o.spawn >= 1, "--kv needs --spawn: the servers are started with JetStream")
+	check(o.memoryKeys >= 0 && (o.memoryKeys == 0 || (o.kv != "" && o.spawn >= 1)), "--memory-keys must be >= 0, and only with --kv and --spawn, got %d", o.memoryKeys)
+	check(o.settleMax > 0, "--settle-max must be > 0, got %s", o.settleMax)
 	check(!o.hold || o.spawn >= 1, "--hold needs --spawn N")
 	check(o.watchers >= 0 && (o.watchers == 0 || (o.kv != "" && o.spawn >= 2)), "--watchers must be >= 0, and only with --kv on a cluster (--spawn >= 2), got %d", o.watchers)
+	check(o.kvStorage == "file" || o.kvStorage == "memory", "--kv-storage must be file or memory, got %q", o.kvStorage)
 	check(o.kv == "" || (o.replicas >= 1 && o.replicas <= max(1, o.spawn)), "--replicas must be 1..--spawn (%d), got %d", o.spawn, o.replicas)
 	return errors.Join(errs...)
 }
@@ -152,6 +167,9 @@ type result struct {
 	CPUUsPerDelivered float64      `json:"cpu_us_per_delivered,omitempty"`
 	NodeResults       []nodeResult `json:"node_usage,omitempty"`
 	BenchCPUSeconds   float64      `json:"bench_cpu_seconds,omitempty"`
+	// KVStorage and Replicas are the --kv bucket's.
+	KVStorage string `json:"kv_storage,omitempty"`
+	Replicas  int    `json:"replicas,omitempty"`
 	// PublishErrors are --kv puts whose acknowledgement was an error (or none came).
 	PublishErrors int64 `json:"publish_errors,omitempty"`
 }

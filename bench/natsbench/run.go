@@ -89,54 +89,9 @@ func (b *bench) since() time.Duration { return time.Since(b.epoch) }
 
 func run(ctx context.Context, o options) (*result, error) {
 	b := &bench{o: o, epoch: time.Now()}
-	urls := []string{o.url}
-	if o.spawn > 0 {
-		storeDir := ""
-		if o.kv != "" {
-			d, err := os.MkdirTemp("", "natsbench-")
-			if err != nil {
-				return nil, err
-			}
-			defer os.RemoveAll(d) // after the servers have stopped (deferred below)
-			storeDir = d
-		}
-		servers, err := startServers(ctx, o.natsServer, o.spawn, storeDir, o.readyTimeout)
-		if err != nil {
-			return nil, err
-		}
-		b.servers = servers
-		defer stopServers(servers, stopWait) // on an early return; stopping twice is harmless
-		urls = urls[:0]
-		for _, s := range servers {
-			urls = append(urls, s.url())
-		}
-	}
-	// Subscriber i's server: every server but the first, one each; or all on the one.
-	subURLs := urls[1:]
-	if o.watchers > 0 && len(urls) > 1 {
-		subURLs = make([]string, o.watchers)
-		for i := range subURLs {
-			subURLs[i] = urls[1+i%(len(urls)-1)]
-		}
-	}
-	if len(urls) == 1 {
-		subURLs = make([]string, o.subscribers)
-		for i := range subURLs {
-			subURLs[i] = urls[0]
-		}
-	}
-	if o.rate == 0 {
-		b.window = loadkit.NewWindow(int64(o.window), len(subURLs), 0)
-	}
-	defer b.closeConns()
-	if o.kv != "" {
-		if err := b.connectKV(ctx, urls[0], subURLs); err != nil {
-			return nil, err
-		}
-	} else if err := b.connect(urls[0], subURLs); err != nil {
-		return nil, err
-	}
-	if err := b.probe(ctx); err != nil {
+	cleanup, err := b.setup(ctx)
+	defer cleanup()
+	if err != nil {
 		return nil, err
 	}
 
@@ -175,6 +130,68 @@ func run(ctx context.Context, o options) (*result, error) {
 	r.BenchCPUSeconds = (self1 - self0).Seconds()
 	b.addUsage(r, cpu0, cpu1)
 	return r, nil
+}
+
+// setup starts the servers (with --spawn), connects the publisher and the subscribers
+// (or KV watchers) and waits until the subscriptions reach the publisher's server.
+// cleanup closes the connections, stops the servers and removes their stores; call it
+// even on an error.
+func (b *bench) setup(ctx context.Context) (cleanup func(), err error) {
+	o := b.o
+	var undo []func()
+	cleanup = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	urls := []string{o.url}
+	if o.spawn > 0 {
+		storeDir := ""
+		if o.kv != "" {
+			d, err := os.MkdirTemp("", "natsbench-")
+			if err != nil {
+				return cleanup, err
+			}
+			undo = append(undo, func() { os.RemoveAll(d) }) // after the servers have stopped
+			storeDir = d
+		}
+		servers, err := startServers(ctx, o.natsServer, o.spawn, storeDir, o.readyTimeout, o.memoryKeys > 0)
+		if err != nil {
+			return cleanup, err
+		}
+		b.servers = servers
+		undo = append(undo, func() { stopServers(servers, stopWait) }) // stopping twice is harmless
+		urls = urls[:0]
+		for _, s := range servers {
+			urls = append(urls, s.url())
+		}
+	}
+	// Subscriber i's server: every server but the first, one each; or all on the one.
+	subURLs := urls[1:]
+	if o.watchers > 0 && len(urls) > 1 {
+		subURLs = make([]string, o.watchers)
+		for i := range subURLs {
+			subURLs[i] = urls[1+i%(len(urls)-1)]
+		}
+	}
+	if len(urls) == 1 {
+		subURLs = make([]string, o.subscribers)
+		for i := range subURLs {
+			subURLs[i] = urls[0]
+		}
+	}
+	if o.rate == 0 {
+		b.window = loadkit.NewWindow(int64(o.window), len(subURLs), 0)
+	}
+	undo = append(undo, b.closeConns)
+	if o.kv != "" {
+		if err := b.connectKV(ctx, urls[0], subURLs); err != nil {
+			return cleanup, err
+		}
+	} else if err := b.connect(urls[0], subURLs); err != nil {
+		return cleanup, err
+	}
+	return cleanup, b.probe(ctx)
 }
 
 func (b *bench) connect(pubURL string, subURLs []string) error {
@@ -390,7 +407,7 @@ func (b *bench) result(submitted uint64, lag *hdrhistogram.Histogram) *result {
 		r.System = "nats-cluster"
 	}
 	if b.kv != nil {
-		r.System = "nats-kv"
+		r.System, r.KVStorage, r.Replicas = "nats-kv", o.kvStorage, o.replicas
 	}
 	all, allDue := loadkit.NewHistogram(), loadkit.NewHistogram()
 	var lastMeasured time.Duration

@@ -23,9 +23,10 @@ import (
 // server is one spawned nats-server. A goroutine reads its log (stderr) for the
 // ports it listens on and the routes it has made.
 type server struct {
-	id   string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the log has been read to the end and cmd waited for
+	id       string
+	cmd      *exec.Cmd
+	profPort int           // its --profile port (net/http/pprof), 0 without
+	done     chan struct{} // closed when the log has been read to the end and cmd waited for
 
 	mu         sync.Mutex
 	clientPort int
@@ -47,8 +48,9 @@ var (
 //
 // With storeDir set the servers run JetStream, each storing under storeDir/<id>, and
 // it also waits until the cluster has a JetStream meta leader (an account info request
-// on server 0 is answered).
-func startServers(ctx context.Context, bin string, n int, storeDir string, timeout time.Duration) ([]*server, error) {
+// on server 0 is answered). With profile each server also serves net/http/pprof on a
+// port of its own (nats-server --profile), for forced collections.
+func startServers(ctx context.Context, bin string, n int, storeDir string, timeout time.Duration, profile bool) ([]*server, error) {
 	var servers []*server
 	fail := func(err error) ([]*server, error) {
 		stopServers(servers, 5*time.Second)
@@ -63,8 +65,18 @@ func startServers(ctx context.Context, bin string, n int, storeDir string, timeo
 			return nil, err
 		}
 	}
+	var profPorts []int
+	if profile {
+		var err error
+		if profPorts, err = freePorts(n); err != nil {
+			return nil, err
+		}
+	}
 	for i := range n {
 		args := []string{"-a", "127.0.0.1", "-p", "-1", "-n", fmt.Sprintf("bench-%d", i)}
+		if profile {
+			args = append(args, "--profile", strconv.Itoa(profPorts[i]))
+		}
 		if storeDir != "" {
 			args = append(args, "-js", "-sd", filepath.Join(storeDir, fmt.Sprintf("bench-%d", i)))
 		}
@@ -82,6 +94,9 @@ func startServers(ctx context.Context, bin string, n int, storeDir string, timeo
 		s, err := launch(bin, fmt.Sprintf("bench-%d", i), args)
 		if err != nil {
 			return fail(err)
+		}
+		if profile {
+			s.profPort = profPorts[i]
 		}
 		servers = append(servers, s)
 		// The seed's route port is needed by the others.

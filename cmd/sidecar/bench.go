@@ -34,6 +34,7 @@ loopback ports and stops them at the end; serve flags for them go after '--' or 
 docs/BENCH.md explains every figure.`,
 		Example: `  sidecar bench --spawn 3 --duration 10s --rate 10000
   sidecar bench --rate 0 --window 5000 --json        # saturate, lossless
+  sidecar bench --rate 0 --window 5000 --batch 1 --client publisher  # one Go client call per event
   sidecar bench --keys 1000 -- --max-batching-delay=5ms
   sidecar bench --app-addrs 127.0.0.1:7070,127.0.0.1:7080`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -63,6 +64,7 @@ func (o *benchOptions) addFlags(cmd *cobra.Command) {
 	fs.StringSliceVar(&c.AppAddrs, "app-addrs", nil, "app addresses of running nodes instead of --spawn: the first gets the publishers, every other one a subscriber")
 	fs.StringArrayVar(&o.serveFlags, "serve-flag", nil, "an extra serve flag for every spawned node, e.g. --serve-flag=--workers=8; {id} becomes the node's id, e.g. --serve-flag=--data-dir=/var/tmp/bench/{id} (repeatable; or put them after --)")
 	fs.IntSliceVar(&c.EnginePIDs, "engine-pid", nil, "process ids whose CPU, peak RSS and TCP connections count in the cluster's figures, e.g. the NATS servers of --transport=jetstream (comma-separated or repeated)")
+	fs.StringVar(&c.Client, "client", c.Client, "how the publishers submit: stream (--batch events per SubmitRequest on a pipelined SubmitStream, written from bytes) or publisher (one call per event, as an app would, through the Go client's asynchronous Publisher with its defaults: it packs the puts queued meanwhile into requests; --pipeline does not apply)")
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "SubmitStream streams on the first node, each on its own connection")
 	fs.IntVar(&c.SubscribeBatch, "subscribe-batch", c.SubscribeBatch, "subscribers' max_batch: deliveries a node may pack into one Subscribe message (1: one per message)")
 	fs.IntVar(&c.Pipeline, "pipeline", c.Pipeline, "SubmitRequests in flight per stream with --rate 0 (a paced run is open loop: it sends on schedule without waiting for responses)")

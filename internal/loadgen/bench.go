@@ -8,6 +8,7 @@ import (
 
 	"github.com/fanout/fanout/bench/loadkit"
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
+	"github.com/fanout/fanout/pkg/client"
 	"google.golang.org/grpc"
 )
 
@@ -53,6 +54,7 @@ type bench struct {
 	cfg    *Config
 	addrs  []string
 	conns  []*grpc.ClientConn // one per node, plus one per publisher at the end
+	apps   []*client.Client   // --client publisher: one per publisher
 	first  fanoutv1.FanoutServiceClient
 	clock  clock
 	latest keyVersions     // nil without hot keys
@@ -95,6 +97,9 @@ func (b *bench) dial(addr string) (*grpc.ClientConn, error) {
 func (b *bench) close() {
 	for _, cc := range b.conns {
 		cc.Close()
+	}
+	for _, c := range b.apps {
+		c.Close()
 	}
 }
 
@@ -212,6 +217,17 @@ func (b *bench) waitSubscribed(ctx context.Context, before []uint64, errs <-chan
 
 func (b *bench) makePublishers() error {
 	for i := range b.cfg.Publishers {
+		if b.cfg.Client == ClientPublisher { // the Go client's own connection, as an app has
+			c, err := client.Dial(b.addrs[0])
+			if err != nil {
+				return err
+			}
+			b.apps = append(b.apps, c)
+			p := newPublisher(i, b.cfg, nil, b.clock, b.win, b.latest, b.window)
+			p.app = c
+			b.pubs = append(b.pubs, p)
+			continue
+		}
 		cc, err := b.dial(b.addrs[0]) // a connection each: one HTTP/2 connection would serialise them
 		if err != nil {
 			return err

@@ -30,6 +30,13 @@ type Config struct {
 	// TCP connections at its end, so that a run's CPU is the whole cluster's.
 	EnginePIDs []int
 
+	// Client is how the publishers submit (--client): ClientStream (the default) writes
+	// --batch events per SubmitRequest on a pipelined SubmitStream, from bytes;
+	// ClientPublisher makes one call per event, as an app would, through the Go
+	// client's asynchronous Publisher (pkg/client, its defaults), which packs the
+	// puts queued meanwhile into requests.
+	Client string
+
 	// Publishers is the number of SubmitStream streams on the first node. 1: one
 	// pipelined stream already outruns a 2-core cluster.
 	Publishers int
@@ -93,11 +100,18 @@ type Config struct {
 	Now func() time.Time
 }
 
+// The values of Config.Client.
+const (
+	ClientStream    = "stream"
+	ClientPublisher = "publisher"
+)
+
 // DefaultConfig returns the defaults of `sidecar bench`; the reason for each is on its
 // field.
 func DefaultConfig() Config {
 	return Config{
 		Spawn:      3,
+		Client:     ClientStream,
 		Publishers: 1,
 		// 1 by default: measure the plain stream every app gets unless it opts in.
 		SubscribeBatch: 256,
@@ -133,6 +147,7 @@ func (c *Config) validate() error {
 	check(c.Spawn > 0 || len(c.AppAddrs) != 1, "--app-addrs needs at least 2 addresses: the first to publish on, the others to subscribe on")
 	check(c.Spawn > 0 || len(c.AppAddrs) > 0, "give --spawn N or --app-addrs a,b,...")
 	check(c.Spawn == 0 || c.Binary != "", "loadgen: Config.Binary is required with --spawn")
+	check(c.Client == ClientStream || c.Client == ClientPublisher, "--client must be %s or %s, got %q", ClientStream, ClientPublisher, c.Client)
 	check(c.Publishers >= 1, "--publishers must be >= 1, got %d", c.Publishers)
 	check(c.SubscribeBatch >= 1 && c.SubscribeBatch <= maxBatch, "--subscribe-batch must be 1..%d, got %d", maxBatch, c.SubscribeBatch)
 	check(c.Pipeline >= 1, "--pipeline must be >= 1, got %d", c.Pipeline)

@@ -29,6 +29,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"zero duration", func(c *Config) { c.Duration = 0 }, "--duration must be > 0"},
 		{"negative warmup", func(c *Config) { c.Warmup = -time.Second }, "--warmup must be >= 0"},
 		{"no publishers", func(c *Config) { c.Publishers = 0 }, "--publishers must be >= 1"},
+		{"unknown client", func(c *Config) { c.Client = "unary" }, `--client must be stream or publisher, got "unary"`},
 		{"no pipeline", func(c *Config) { c.Pipeline = 0 }, "--pipeline must be >= 1"},
 		{"negative window", func(c *Config) { c.Rate, c.Window = 0, -1 }, "--window must be >= 0"},
 		{"window on a paced run", func(c *Config) { c.Window = 100 }, "--window is the flow control of --rate 0"},

@@ -35,6 +35,15 @@
 // deliveries (wire.EachDelivery): the bench shares the machine with the nodes it
 // measures, so it builds no message per event.
 //
+// With Config.Client = ClientPublisher (--client publisher) a publisher is instead
+// what an app making one call per event is: the Go client's asynchronous Publisher
+// (pkg/client, its defaults) on its own connection, one Put per event (a send of the
+// schedule is Batch Puts sharing one stamp), the Publisher packing the Puts queued
+// meanwhile into SubmitStream requests; a checker goroutine reads each Put's result in
+// order and counts it as a response would be counted (asyncpub.go). The pacer, the
+// stamps and the window are the same; Pipeline does not apply (the Publisher keeps at
+// most 8 requests in flight).
+//
 // Latency. The first 16 bytes of every payload are a loadkit.Stamp: the actual send
 // time (the clock read right before Send) and the time the request was due on the
 // schedule, nanoseconds since the epoch. A subscriber subtracts both from the arrival

@@ -14,6 +14,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/gen/fanout/v1"
 	"github.com/fanout/fanout/internal/frame"
 	"github.com/fanout/fanout/internal/wire"
+	"github.com/fanout/fanout/pkg/client"
 )
 
 // clock measures offsets from the run's epoch with the monotonic reading of now. Every
@@ -62,7 +63,8 @@ type sentRequest struct {
 type publisher struct {
 	index  int
 	cfg    *Config
-	client fanoutv1.FanoutServiceClient
+	client fanoutv1.FanoutServiceClient // --client stream
+	app    *client.Client               // --client publisher
 	clock  clock
 	win    window
 	latest keyVersions   // nil without hot keys
@@ -101,6 +103,9 @@ func newPublisher(index int, cfg *Config, client fanoutv1.FanoutServiceClient, c
 
 // run publishes until the window ends and every response is in, or ctx is done.
 func (p *publisher) run(ctx context.Context) error {
+	if p.app != nil {
+		return p.runPublisher(ctx)
+	}
 	ctx, cancel := withoutDeadline(ctx)
 	defer cancel()
 	stream, err := p.client.SubmitStream(ctx)
@@ -128,13 +133,8 @@ func (p *publisher) run(ctx context.Context) error {
 // a pipeline slot is free and the window (if any) has room. Every event of a request
 // carries the request's stamp: the clock read right before Send, and the due time.
 func (p *publisher) send(ctx context.Context, stream fanoutv1.FanoutService_SubmitStreamClient) error {
-	pacer := loadkit.NewPacer(p.clock.since, publisherRate(p.cfg.Rate, p.cfg.Publishers), p.cfg.Batch, p.win.start, p.win.end)
-	defer pacer.Stop()
-	defer func() { p.lag = pacer.Lag() }()
-	// The waits for a slot and the window end with the publishing time (one context,
-	// not one per request).
-	wctx, cancel := context.WithTimeout(ctx, p.win.end-p.clock.since())
-	defer cancel()
+	pacer, wctx, done := p.pace(ctx)
+	defer done()
 	var seq int64
 	for id := uint64(1); ; id++ {
 		due, ok, err := pacer.Next(ctx)
@@ -161,6 +161,19 @@ func (p *publisher) send(ctx context.Context, stream fanoutv1.FanoutService_Subm
 		pacer.Done(n, stamp)
 		p.lastSend.Store(int64(p.clock.since()))
 		seq += int64(n)
+	}
+}
+
+// pace returns the publisher's pacer (the shared open-loop schedule) and the context
+// its waits for a slot and the window end with: the publishing time (one context, not
+// one per request). done stops the pacer, keeps its lag histogram and ends wctx.
+func (p *publisher) pace(ctx context.Context) (pacer *loadkit.Pacer, wctx context.Context, done func()) {
+	pacer = loadkit.NewPacer(p.clock.since, publisherRate(p.cfg.Rate, p.cfg.Publishers), p.cfg.Batch, p.win.start, p.win.end)
+	wctx, cancel := context.WithTimeout(ctx, p.win.end-p.clock.since())
+	return pacer, wctx, func() {
+		cancel()
+		pacer.Stop()
+		p.lag = pacer.Lag()
 	}
 }
 

@@ -18,6 +18,7 @@ type Result struct {
 	Nodes       int     `json:"nodes"`
 	Spawned     bool    `json:"spawned"`
 	Publishers  int     `json:"publishers"`
+	Client      string  `json:"client"`
 	Subscribers int     `json:"subscribers"`
 	Rate        int     `json:"rate"`
 	Batch       int     `json:"batch"`
@@ -173,8 +174,8 @@ func (r *Result) headline() string {
 	if r.Keys > 0 {
 		keys = fmt.Sprintf("%d hot keys", r.Keys)
 	}
-	return fmt.Sprintf("fanout bench: %d nodes, %d publisher(s) → %d subscriber(s); %s, batch %d, payload %d B, %s; %s measured after %s warmup",
-		r.Nodes, r.Publishers, r.Subscribers, rate, r.Batch, r.Payload, keys, fmtSeconds(r.DurationSec), fmtSeconds(r.WarmupSec))
+	return fmt.Sprintf("fanout bench: %d nodes, %d publisher(s) (--client %s) → %d subscriber(s); %s, batch %d, payload %d B, %s; %s measured after %s warmup",
+		r.Nodes, r.Publishers, r.Client, r.Subscribers, rate, r.Batch, r.Payload, keys, fmtSeconds(r.DurationSec), fmtSeconds(r.WarmupSec))
 }
 
 func (r *Result) writeConvergence(w io.Writer) {

@@ -170,6 +170,43 @@ func TestRunSaturatedWithWindow(t *testing.T) {
 	}
 }
 
+// --client publisher: one Go client Put per event through its asynchronous
+// Publisher. Saturated with a window it loses nothing and every accepted event reaches
+// both subscribers; paced with hot keys, the versions the Publisher's results carry
+// make the convergence check work as on the stream path.
+func TestRunPublisherClient(t *testing.T) {
+	addrs := startInProcess(t, 3)
+	t.Run("saturated", func(t *testing.T) {
+		cfg := quick()
+		cfg.Spawn, cfg.AppAddrs, cfg.Client = 0, addrs, ClientPublisher
+		cfg.Rate, cfg.Window, cfg.Batch, cfg.Duration = 0, 1000, 1, 500*time.Millisecond
+		r, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkDelivered(t, r)
+		if r.Client != ClientPublisher || r.Lost == nil || *r.Lost != 0 || r.Delivered != 2*r.Submitted || r.NotAccepted != 0 || r.WindowStalls != 0 {
+			t.Fatalf("client %q, lost %v, delivered %d of 2 × %d, not accepted %d, stalls %d", r.Client, r.Lost, r.Delivered, r.Submitted, r.NotAccepted, r.WindowStalls)
+		}
+	})
+	t.Run("paced hot keys", func(t *testing.T) {
+		cfg := quick()
+		cfg.Spawn, cfg.AppAddrs, cfg.Client = 0, addrs, ClientPublisher
+		cfg.Keys, cfg.Batch = 50, 3
+		r, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkDelivered(t, r)
+		if r.Converged == nil || !*r.Converged {
+			t.Fatalf("converged %v", r.Converged)
+		}
+		if r.SubmitPerSec < 0.9*float64(cfg.Rate) {
+			t.Errorf("submitted %.0f/s of %d offered", r.SubmitPerSec, cfg.Rate)
+		}
+	})
+}
+
 func TestRunStopsWhenInterrupted(t *testing.T) {
 	cfg := quick()
 	cfg.Duration = time.Minute

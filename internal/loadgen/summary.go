@@ -68,7 +68,7 @@ func (b *bench) result(base, final *peerCounters, m *measurement) *Result {
 func (b *bench) workload() *Result {
 	c := b.cfg
 	return &Result{
-		Nodes: len(b.addrs), Spawned: c.Spawn > 0, Publishers: c.Publishers, Subscribers: len(b.subs),
+		Nodes: len(b.addrs), Spawned: c.Spawn > 0, Publishers: c.Publishers, Client: c.Client, Subscribers: len(b.subs),
 		Rate: c.Rate, Batch: c.Batch, Pipeline: c.Pipeline, Window: c.Window, Payload: c.Payload, Keys: c.Keys,
 		DurationSec: c.Duration.Seconds(), WarmupSec: c.Warmup.Seconds(), LatencyFrom: "payload",
 	}
