@@ -25,9 +25,10 @@ type asyncPut struct {
 // runPublisher drives the first node as an app making one call per event would:
 // through the Go client's asynchronous Publisher (pkg/client, its defaults: it packs
 // the puts queued meanwhile into SubmitStream requests, at most 8 in flight, their
-// answers sent per window of requests and held up to 2 ms), one Put per event. The send loop follows the same pacer,
-// stamps and window as the stream path (a send is --batch Puts sharing one stamp); a
-// checker goroutine reads the results in order and counts them as accept does.
+// answers sent per window of requests while more are queued), one Put per event. The
+// send loop follows the same pacer, stamps and window as the stream path (a send is
+// --batch Puts sharing one stamp); a checker goroutine reads the results in order and
+// counts them as accept does.
 func (p *publisher) runPublisher(ctx context.Context) error {
 	ctx, cancel := withoutDeadline(ctx)
 	defer cancel()
