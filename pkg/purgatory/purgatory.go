@@ -111,8 +111,12 @@ func (p *Purgatory[K]) schedule(o *Op) {
 
 // CheckAndComplete tries to complete every uncompleted operation watched
 // under key, removes the completed ones from key's list (and key, if its list
-// empties), and returns how many this call completed. Call it when something
-// an operation of key waits for has changed (for fanout: an ack arrived).
+// empties), and returns how many this call completed. An operation it completes
+// also leaves its other keys' lists at once (ours: Kafka leaves them to the purge,
+// which counts operations, so an operation watched under thousands of keys, a
+// Submit of thousands of events, would pin thousands of entries per operation
+// until then). Call it when something an operation of key waits for has changed
+// (for fanout: an ack arrived).
 func (p *Purgatory[K]) CheckAndComplete(key K) int {
 	p.mu.Lock()
 	ops := slices.Clone(p.watchers[key]) // TryComplete runs user code: not under mu
@@ -120,17 +124,25 @@ func (p *Purgatory[K]) CheckAndComplete(key K) int {
 	if len(ops) == 0 {
 		return 0
 	}
-	n := 0
+	var done []*Op
 	for _, o := range ops {
 		if !o.IsCompleted() && o.tryComplete() {
-			n++
+			done = append(done, o)
 		}
 	}
 	p.mu.Lock()
 	p.sweepKey(key)
+	for _, o := range done {
+		keys, _ := o.keys.([]K)
+		for _, k := range keys {
+			if k != key {
+				p.sweepKey(k)
+			}
+		}
+	}
 	p.mu.Unlock()
 	p.maybePurge()
-	return n
+	return len(done)
 }
 
 // Cancel abandons op, for a caller that no longer waits for it (a cancelled

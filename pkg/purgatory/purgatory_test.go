@@ -153,6 +153,9 @@ func TestCompletesAtOnce(t *testing.T) {
 	h.counts(t, 0, 0, 0)
 }
 
+// TestCheckAndComplete: an op completes on a CheckAndComplete of one of its keys
+// once ready, and leaves every key's watch list at that moment; the others then find
+// nothing; the deadline no longer fires.
 func TestCheckAndComplete(t *testing.T) {
 	h := newHarness(t, 0)
 	op := newOp(at(time.Second))
@@ -173,8 +176,9 @@ func TestCheckAndComplete(t *testing.T) {
 	if n := h.p.CheckAndComplete("a"); n != 1 {
 		t.Fatalf("CheckAndComplete(a) = %d, want 1", n)
 	}
-	// Key a is gone and the timer stopped; b still holds the completed op.
-	h.counts(t, 1, 0, 1)
+	// The op left both keys' lists at once (not only a's: an op of thousands of
+	// keys would otherwise pin them until a purge), and its timer stopped.
+	h.counts(t, 0, 0, 0)
 	if n := h.p.CheckAndComplete("b"); n != 0 {
 		t.Fatalf("CheckAndComplete(b) = %d, want 0 (already complete)", n)
 	}
@@ -537,4 +541,26 @@ func TestExactlyOnceUnderRaces(t *testing.T) {
 	if h.p.Keys() != 0 || h.p.Watched() != 0 {
 		t.Fatalf("Keys() = %d, Watched() = %d after sweeping every key", h.p.Keys(), h.p.Watched())
 	}
+}
+
+// TestCompletionLeavesEveryList: an op completed by a CheckAndComplete of one of its
+// keys leaves the lists of all its keys at once, and an op still waiting under one
+// of those keys stays.
+func TestCompletionLeavesEveryList(t *testing.T) {
+	h := newHarness(t, 0)
+	many := newOp(at(time.Second))
+	other := newOp(at(time.Second))
+	h.p.TryCompleteElseWatch(many, []string{"a", "b", "c"})
+	h.p.TryCompleteElseWatch(other, []string{"b"})
+	h.counts(t, 4, 2, 3)
+	many.ready.Store(true)
+	if n := h.p.CheckAndComplete("a"); n != 1 {
+		t.Fatalf("CheckAndComplete(a) = %d, want 1", n)
+	}
+	h.counts(t, 1, 1, 1) // other, under b
+	other.ready.Store(true)
+	if n := h.p.CheckAndComplete("b"); n != 1 {
+		t.Fatalf("CheckAndComplete(b) = %d, want 1", n)
+	}
+	h.counts(t, 0, 0, 0)
 }
