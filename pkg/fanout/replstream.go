@@ -61,7 +61,8 @@ type heldAnswers struct {
 	gen   uint64
 }
 
-// answer sends an answer with every held one; the caller holds h.mu.
+// answerLocked sends an answer (seq 0 without err: the held ones alone, if any) with
+// every held one, and disarms the timer; the caller holds h.mu.
 func (h *heldAnswers) answerLocked(seq uint64, resp *fanoutv1.ReplicateResponse, err error) error {
 	if h.timer != nil {
 		if h.timer.Stop() {
@@ -78,6 +79,7 @@ func (h *heldAnswers) answerLocked(seq uint64, resp *fanoutv1.ReplicateResponse,
 	return aerr
 }
 
+// answer is answerLocked under h.mu.
 func (h *heldAnswers) answer(seq uint64, resp *fanoutv1.ReplicateResponse, err error) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
