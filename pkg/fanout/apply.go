@@ -71,9 +71,9 @@ func (n *Node) checkEvent(k applyKind, raw []byte, bound versionBound) (wire.Eve
 }
 
 // storeBatchSize is how many writes an eventStore offers the state table at a time:
-// state's PutBatch step, so that a peer's batch takes the table's lock once per 64
-// events, not once per event.
-const storeBatchSize = 64
+// state's PutBatch step, so that a peer's batch takes the table's lock once per step,
+// not once per event.
+const storeBatchSize = state.PutBatchStep
 
 // eventStore applies, for one request, the events checkEvent passed, on path k: the
 // own-origin rule, the clock, the Put, the sender's count, and the verdict. It gathers

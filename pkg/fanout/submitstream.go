@@ -59,7 +59,10 @@ func (n *Node) ServeSubmitStream(ctx context.Context, recv func(b []byte) ([]byt
 		switch {
 		case n.waitsForAcks(c): // answered on completion, alone
 			if !c.req.Window {
-				err = w.flushBehind(ctx)
+				if err = w.flushBehind(ctx); err != nil {
+					n.putCall(c)
+					return err
+				}
 			}
 			b = nil // c's events are b's bytes until c is done
 			err = w.start(ctx, func() error {

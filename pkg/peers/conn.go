@@ -170,9 +170,10 @@ func (c *Conn) ReplicateFrame(ctx context.Context, f *frame.Frame, events int, m
 // of c's (Close waits for it), one at a time; it does not block.
 func (c *Conn) Recall(origin string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	st := c.st
-	c.mu.Unlock()
-	if st == nil || !st.holding() || !c.recalling.CompareAndSwap(false, true) {
+	// Under mu and not closed: Close waits for the goroutine (as for a stream's).
+	if c.closed || st == nil || !st.holding() || !c.recalling.CompareAndSwap(false, true) {
 		return
 	}
 	c.wg.Add(1)

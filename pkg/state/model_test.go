@@ -202,8 +202,8 @@ func (h *harness) step(op, a, b, c uint8) {
 		w := h.write(op, a, b, c)
 		got := h.tab.Put(&w, h.now)
 		h.checkPut(&w, got)
-	case 3: // a batch of puts, of 1 to 2*putBatchStep+2 writes (a key may recur)
-		n := 1 + int(c)%3*putBatchStep + int(b)%3
+	case 3: // a batch of puts, of 1 to 2*PutBatchStep+2 writes (a key may recur)
+		n := 1 + int(c)%3*PutBatchStep + int(b)%3
 		if len(h.keys) <= 50 || c%4 != 0 {
 			n = 1 + int(c)%9 // mostly small: the harness's keys are few
 		}
@@ -446,7 +446,7 @@ func TestCompactionKeepsRevisionOrder(t *testing.T) {
 }
 
 // TestPutBatchEqualsPuts writes the same writes to two tables, one by one (Put,
-// checked against the model) and in batches of 1 to 3*putBatchStep (PutBatch), at
+// checked against the model) and in batches of 1 to 3*PutBatchStep (PutBatch), at
 // every bound and with keys recurring within a batch: the results, the stats, the
 // digest and every entry (revisions included) must be the same.
 func TestPutBatchEqualsPuts(t *testing.T) {
@@ -462,7 +462,7 @@ func TestPutBatchEqualsPuts(t *testing.T) {
 		}
 		rng := rand.New(rand.NewPCG(uint64(cfg.MaxKeys), 11))
 		for round := range 300 {
-			ws := make([]Write, 1+rng.IntN(3*putBatchStep))
+			ws := make([]Write, 1+rng.IntN(3*PutBatchStep))
 			for i := range ws {
 				h.steps++
 				ws[i] = h.write(uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)))

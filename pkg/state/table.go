@@ -299,20 +299,21 @@ func (t *Table) Put(w *Write, now time.Time) Result {
 	return t.put(h, w, now)
 }
 
-// putBatchStep bounds the writes PutBatch applies under one hold of the lock: a
+// PutBatchStep bounds the writes PutBatch applies under one hold of the lock (a caller
+// that gathers writes gathers this many per call, as pkg/fanout's eventStore does): a
 // batch of a peer's (100 by default) in one, and no reader waits for more than about
 // 64 writes' worth (tens of microseconds).
-const putBatchStep = 64
+const PutBatchStep = 64
 
 // PutBatch applies ws in order, exactly as that many calls of Put would (the same
 // Results, revisions, bounds, tombstones and digest), and appends their Results to
 // rs. It hashes a step's keys before it takes the lock and holds the lock once per
-// step of up to putBatchStep writes, not once per write. Writes of one batch may
+// step of up to PutBatchStep writes, not once per write. Writes of one batch may
 // name the same key: each is judged against the table as the ones before it left it.
 func (t *Table) PutBatch(ws []Write, now time.Time, rs []Result) []Result {
-	var hs [putBatchStep]uint64
+	var hs [PutBatchStep]uint64
 	for len(ws) > 0 {
-		step := ws[:min(len(ws), putBatchStep)]
+		step := ws[:min(len(ws), PutBatchStep)]
 		for i := range step {
 			hs[i] = t.hash(step[i].Key)
 		}
