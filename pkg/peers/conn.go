@@ -84,7 +84,9 @@ type Conn struct {
 	// promptEvery is the package's promptEvery (a test may lengthen it before the
 	// first batch).
 	promptEvery time.Duration
-	recalling   atomic.Bool // a Recall's empty batch is under way
+	// headerWait is the package's headerWait (a test may shorten it).
+	headerWait time.Duration
+	recalling  atomic.Bool // a Recall's empty batch is under way
 	// peerMax is the largest message the peer takes, as it last said it (a stream's
 	// header, or a refusal); 0: not known. Kept across streams, so that a new stream
 	// does not send what the peer refused on the last one.
@@ -130,7 +132,7 @@ func Dial(addr string, opts Options) (*Conn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Conn{addr: addr, cc: cc, client: fanoutv1.NewPeerServiceClient(cc), max: size, unary: opts.Unary,
 		hold: uint32(min(opts.AnswerHold, time.Hour).Microseconds()), maxHeld: opts.MaxHeld, promptEvery: promptEvery,
-		ctx: ctx, cancel: cancel}, nil
+		headerWait: headerWait, ctx: ctx, cancel: cancel}, nil
 }
 
 // Addr is the peer's address as configured.

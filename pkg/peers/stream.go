@@ -41,10 +41,13 @@ const unaryFor = time.Minute
 // the waiters sent with a hold; cs is written before ready is closed and only read
 // after.
 type replStream struct {
-	conn    *Conn
-	ctx     context.Context // the stream's lifetime: canceled by fail and by Conn.Close
-	cancel  context.CancelFunc
-	ready   chan struct{} // closed once the stream is open, or failed to open
+	conn   *Conn
+	ctx    context.Context // the stream's lifetime: canceled by fail and by Conn.Close
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once the stream is open, or failed to open
+	// header is closed once the receiver's header has come (its limit, if it says
+	// one, is in Conn.peerMax by then), or the stream failed before it.
+	header  chan struct{}
 	cs      fanoutv1.PeerService_ReplicateStreamClient
 	sendSem chan struct{} // one SendMsg at a time (gRPC streams allow one sender)
 
@@ -63,6 +66,12 @@ type replStream struct {
 	incarnation uint64
 	ok          []fanoutv1.ItemStatus
 }
+
+// headerWait bounds how long a new stream's first batches wait for the receiver's
+// header. A fanout receiver sends it as the stream opens (one round trip); a receiver
+// that sends none before its first answer is sent batches after this long, at
+// this node's own limit.
+const headerWait = time.Second
 
 // promptEvery: a stream sends at least one batch this often without a hold, when it
 // sends any, so that the round-trip histogram keeps its samples and the peer's
@@ -84,7 +93,7 @@ type answer struct {
 // newStream starts opening a stream; its goroutine belongs to c (Close waits for it).
 func (c *Conn) newStream() *replStream {
 	ctx, cancel := context.WithCancel(c.ctx)
-	s := &replStream{conn: c, ctx: ctx, cancel: cancel, ready: make(chan struct{}),
+	s := &replStream{conn: c, ctx: ctx, cancel: cancel, ready: make(chan struct{}), header: make(chan struct{}),
 		sendSem: make(chan struct{}, 1), waiters: make(map[uint64]waiter)}
 	c.wg.Add(1)
 	go func() {
@@ -95,21 +104,24 @@ func (c *Conn) newStream() *replStream {
 }
 
 // run opens the stream, reads the receiver's limit from its header, then reads
-// answers until the stream ends. It does not wait for the header before the first
-// batch is sent: a receiver need not send it before it has a request.
+// answers until the stream ends. Batches wait for the header (up to headerWait) so
+// that none goes over the limit it says: the peer would end the stream for it,
+// and every other batch in flight on it with it.
 func (s *replStream) run() {
 	defer s.cancel()
 	cs, err := s.conn.client.ReplicateStream(s.ctx)
 	if err != nil {
 		s.fail(err) // before ready: a batch that finds ready closed finds err or cs
 		close(s.ready)
+		close(s.header)
 		return
 	}
 	s.cs = cs
 	close(s.ready)
 	md, err := cs.Header()
 	if err != nil {
-		s.fail(err)
+		s.fail(err) // before header: a batch that finds header closed finds err
+		close(s.header)
 		return
 	}
 	if v := md.Get(MaxRecvBytesHeader); len(v) > 0 { // none: an older or other receiver
@@ -117,6 +129,7 @@ func (s *replStream) run() {
 			s.conn.peerMax.Store(n)
 		}
 	}
+	close(s.header)
 	for {
 		m, err := s.cs.Recv()
 		if err != nil {
@@ -235,6 +248,13 @@ func (s *replStream) do(ctx context.Context, f *frame.Frame, events int, mayHold
 		s.fail(ctx.Err()) // an open that outlasts a batch's deadline: start over
 		return nil, false, ctx.Err()
 	}
+	select {
+	case <-s.header:
+	default:
+		if err := s.awaitHeader(ctx); err != nil {
+			return nil, false, err
+		}
+	}
 	var now time.Time
 	if mayHold {
 		now = time.Now()
@@ -287,6 +307,23 @@ func (s *replStream) do(ctx context.Context, f *frame.Frame, events int, mayHold
 		s.fail(ctx.Err())
 		return nil, held, ctx.Err()
 	}
+}
+
+// awaitHeader waits for the receiver's header, up to the conn's headerWait: after
+// it the batch goes at this node's own limit (a receiver that says its limit only
+// with its first answer, if at all). A batch whose ctx ends first ends the stream,
+// as in do.
+func (s *replStream) awaitHeader(ctx context.Context) error {
+	t := time.NewTimer(s.conn.headerWait)
+	defer t.Stop()
+	select {
+	case <-s.header:
+	case <-t.C:
+	case <-ctx.Done():
+		s.fail(ctx.Err())
+		return ctx.Err()
+	}
+	return nil
 }
 
 // streamFrame is a ReplicateStreamRequest whose batch is an encoded ReplicateRequest:

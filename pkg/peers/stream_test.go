@@ -23,14 +23,17 @@ import (
 
 // streamPeer serves ReplicateStream: each batch is answered by answer, on a goroutine
 // of its own after a random delay of up to 2 ms, so that answers come back out of
-// order. A nil answer (and nil error) is never answered. maxRecv, when set, is sent
-// as the receiver's limit.
+// order. A nil answer (and nil error) is never answered. It sends its header as a
+// stream opens, as the sidecar does: with maxRecv, when set, as the receiver's limit;
+// once headerGate (if any) is closed; with noHeader, none before the first answer.
 type streamPeer struct {
 	fanoutv1.UnimplementedPeerServiceServer
-	maxRecv int
-	answer  func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
-	streams atomic.Int32 // opened
-	batches atomic.Int32 // received
+	maxRecv    int
+	headerGate chan struct{}
+	noHeader   bool
+	answer     func(*fanoutv1.ReplicateRequest) (*fanoutv1.ReplicateResponse, error)
+	streams    atomic.Int32 // opened
+	batches    atomic.Int32 // received
 	// arrived is closed when the first batch is received (arrivedChan makes it).
 	arrived     chan struct{}
 	arrivedOnce sync.Once
@@ -46,8 +49,15 @@ func (p *streamPeer) Replicate(_ context.Context, r *fanoutv1.ReplicateRequest) 
 
 func (p *streamPeer) ReplicateStream(stream fanoutv1.PeerService_ReplicateStreamServer) error {
 	p.streams.Add(1)
-	if p.maxRecv > 0 {
-		if err := stream.SendHeader(metadata.Pairs(MaxRecvBytesHeader, strconv.Itoa(p.maxRecv))); err != nil {
+	if p.headerGate != nil {
+		<-p.headerGate
+	}
+	if !p.noHeader {
+		md := metadata.MD{}
+		if p.maxRecv > 0 {
+			md = metadata.Pairs(MaxRecvBytesHeader, strconv.Itoa(p.maxRecv))
+		}
+		if err := stream.SendHeader(md); err != nil {
 			return err
 		}
 	}
@@ -408,6 +418,73 @@ func TestStreamUnaryOption(t *testing.T) {
 	}
 	if s, u := p.streams.Load(), p.unary.Load(); s != 0 || u != 1 {
 		t.Fatalf("%d streams, %d unary calls; want 0 and 1", s, u)
+	}
+}
+
+// TestStreamWaitsForLimit: a new stream's batches wait for the receiver's header
+// before they are sent, so that one over the limit it says is refused here, as too
+// large, and does not end the stream with the batches in flight beside it: two
+// batches over the limit, sent as the stream opens, are both too large (never
+// congestion, as the one beside a refused batch would be), and a small one after
+// them goes on the same stream.
+func TestStreamWaitsForLimit(t *testing.T) {
+	gate := make(chan struct{})
+	p := &streamPeer{answer: okAnswer, maxRecv: 4096, headerGate: gate,
+		opts: []grpc.ServerOption{grpc.MaxRecvMsgSize(4096)}}
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, size := range []int{8192, 9000} { // sizes apart: a refusal names its own
+		go func() {
+			_, err := c.Replicate(ctx, batch("x", 1, size))
+			errs <- err
+		}()
+	}
+	// A window in which nothing may come back, not a wait for an event: the receiver
+	// has not said its limit, so neither batch has been sent.
+	select {
+	case err := <-errs:
+		t.Fatalf("a batch came back (%v) before the receiver's header: it was sent without its limit", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(gate)
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrCongestion) {
+			t.Fatalf("a batch of 8 KiB or more to a peer that says 4 KiB → %v, want too large, not congestion", err)
+		}
+	}
+	if _, err := c.Replicate(ctx, batch("x", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.streams.Load(); got != 1 {
+		t.Fatalf("%d streams opened, want 1: the refusals ended none", got)
+	}
+}
+
+// TestStreamHeaderWait: a receiver that sends no header before its first answer is
+// sent the batch after Conn.headerWait, and answers it.
+func TestStreamHeaderWait(t *testing.T) {
+	p := &streamPeer{answer: okAnswer, noHeader: true}
+	addr, _ := p.serve(t)
+	c := dialT(t, addr, Options{})
+	c.headerWait = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Replicate(ctx, batch("x", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < c.headerWait {
+		t.Fatalf("answered after %s, before the header wait of %s ended: the batch did not wait", took, c.headerWait)
+	}
+	// The header came with the answer: the next batch does not wait.
+	if _, err := c.Replicate(ctx, batch("x", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.batches.Load(); got != 2 {
+		t.Fatalf("the peer received %d batches, want 2", got)
 	}
 }
 
