@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fanout/fanout/internal/earlysignal"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -18,11 +19,15 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
+	serve := newServeCmd()
+	root.AddCommand(serve, newStatusCmd(), newVersionCmd(), newDemoCmd(), newBenchCmd(),
 		newSubmitCmd(), newGetCmd(), newDelCmd(), newWatchCmd(), newHealthCmd(), newDocsCmd())
 	annotateEnv(root)
 	known := knownEnv(root)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if cmd != serve { // serve takes the early-caught signals over itself
+			earlysignal.Release()
+		}
 		warnUnknownEnv(cmd.ErrOrStderr(), known, os.Environ())
 		return bindEnv(cmd.Flags())
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fanout/fanout/internal/earlysignal"
 	"github.com/fanout/fanout/pkg/peers"
 	"github.com/fanout/fanout/pkg/sidecar"
 	"github.com/spf13/cobra"
@@ -99,11 +100,16 @@ func newServeCmd() *cobra.Command {
 			// SIGTERM and SIGINT are caught before anything else: a signal that comes
 			// while the node starts (a data dir to load, a DNS server that does not
 			// answer) ends it cleanly, with exit code 0, once the start-up is done or
-			// cut short. Before this line Go's default applies (killed by the signal),
-			// which leaves only the runtime's and the packages' initialisation, a few
-			// milliseconds.
+			// cut short. Before this line the early catch had them, from the first
+			// milliseconds of the packages' initialisation on: one that came then
+			// stops the node as soon as it has started.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if earlysignal.Handover() != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				cancel()
+			}
 			if err := refuseMeshFlags(cmd.Flags(), o.cfg.Transport); err != nil {
 				return err
 			}
